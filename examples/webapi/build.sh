@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Compiles the example web API with Debian's mono `mcs` for the .NET Core 3.1
+# runtime (there is no .NET SDK on these machines).
+#
+# Usage: examples/webapi/build.sh
+# Stdout: exactly one line, the absolute path of the built App.dll.
+# Output: ${PROFCPU_CACHE:-$HOME/.cache/profcpu}/webapi/App.dll (+ runtimeconfig)
+# Rebuilds only when App.cs, App.runtimeconfig.json or this script changed.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# HOME can be unset under `env -i` or some CI runners; fall back to passwd.
+home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
+out_dir=${PROFCPU_CACHE:-$home/.cache/profcpu}/webapi
+dll=$out_dir/App.dll
+config=$out_dir/App.runtimeconfig.json
+
+die() { echo "webapi build: error: $*" >&2; exit 1; }
+
+stamp=$out_dir/.source-hash
+# A content hash rather than mtimes: the cache is shared by every work tree of
+# the repository, and another tree's App.cs may differ yet look older.
+source_hash=$(cat "$here/App.cs" "$here/App.runtimeconfig.json" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
+
+up_to_date() {
+    [[ -f "$dll" && -f "$config" && -f "$stamp" && "$(cat "$stamp")" == "$source_hash" ]]
+}
+
+if up_to_date; then
+    echo "$dll"
+    exit 0
+fi
+
+command -v mcs >/dev/null 2>&1 || die "mcs not found (install mono-mcs: scripts/setup-deps.sh)"
+mkdir -p "$out_dir"
+
+# Tests may start several APIs at once; serialise builds so that no process
+# ever loads a dll that another build is still writing.
+exec 9>"$out_dir/.build.lock"
+flock 9
+if ! up_to_date; then
+    tmp=$out_dir/App.dll.tmp.$$
+    trap 'rm -f "$tmp"' EXIT
+    # -noconfig keeps mcs from adding its default desktop references; the
+    # netcoreapp runtime resolves mscorlib/System through its own facades.
+    mcs -noconfig -nologo -optimize+ -target:exe \
+        -r:mscorlib.dll -r:System.dll \
+        -out:"$tmp" "$here/App.cs" >&2 \
+        || die "mcs failed to compile $here/App.cs"
+    cp "$here/App.runtimeconfig.json" "$config.tmp.$$"
+    mv -f "$config.tmp.$$" "$config"
+    mv -f "$tmp" "$dll"
+    echo "$source_hash" >"$stamp"
+fi
+echo "$dll"

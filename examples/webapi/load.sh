@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Drives HTTP load at the example web API on 127.0.0.1 for a bounded time.
+#
+# Usage: examples/webapi/load.sh ROUTE SECONDS [CONNECTIONS]
+#   ROUTE        cpu | sleep | format | health, or a path such as /cpu?items=48
+#   SECONDS      1..600, how long to send requests
+#   CONNECTIONS  concurrent keep-alive connections (default 4, max 256)
+#   Port: $PORT, default 5080. The target is always 127.0.0.1.
+#
+# Stdout: one line `requests=N errors=E seconds=S tool=wrk|curl`.
+# Stderr: the load tool's own report. Exit status 1 when no request succeeded.
+# Uses wrk when installed, else a bash loop of curl requests
+# ($WEBAPI_LOAD_TOOL=curl forces the fallback, e.g. to test it).
+set -euo pipefail
+
+die() { echo "webapi load: error: $*" >&2; exit 2; }
+
+(($# >= 2 && $# <= 3)) || die "usage: load.sh ROUTE SECONDS [CONNECTIONS]"
+route=$1
+duration=$2
+conns=${3:-4}
+port=${PORT:-5080}
+
+in_range() { [[ "$1" =~ ^[0-9]+$ ]] && (($1 >= $2 && $1 <= $3)); }
+in_range "$duration" 1 600 || die "SECONDS must be an integer in 1..600, got: $duration"
+in_range "$conns" 1 256 || die "CONNECTIONS must be an integer in 1..256, got: $conns"
+[[ "$port" =~ ^[0-9]+$ ]] || die "bad PORT: $port"
+[[ "$route" == /* ]] || route=/$route
+# Only a path may follow the fixed host, so the load cannot be pointed
+# anywhere but this machine.
+[[ "$route" =~ ^/[A-Za-z0-9._~/?=\&%-]*$ ]] || die "bad route: $route"
+url=http://127.0.0.1:$port$route
+
+tool=${WEBAPI_LOAD_TOOL:-auto}
+[[ "$tool" == auto || "$tool" == wrk || "$tool" == curl ]] || die "WEBAPI_LOAD_TOOL must be auto, wrk or curl"
+if [[ "$tool" == wrk ]] || { [[ "$tool" == auto ]] && command -v wrk >/dev/null 2>&1; }; then
+    threads=$((conns < 2 ? conns : 2))
+    out=$(mktemp)
+    trap 'rm -f "$out"' EXIT
+    # `timeout` is a backstop in case wrk hangs on a server that stopped
+    # answering; wrk itself stops after -d.
+    rc=0
+    timeout --kill-after=5 $((duration + 15)) \
+        wrk -t"$threads" -c"$conns" -d"${duration}s" --timeout 10s "$url" >"$out" 2>&1 || rc=$?
+    cat "$out" >&2
+    ((rc == 0)) || die "wrk failed (exit $rc)"
+    requests=$(sed -n 's/^ *\([0-9][0-9]*\) requests in .*/\1/p' "$out")
+    requests=${requests:-0}
+    # wrk counts a non-2xx/3xx reply as a request; count it as an error here.
+    non2xx=$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9][0-9]*\).*/\1/p' "$out")
+    sockerr=$(sed -n 's/^ *Socket errors: connect \([0-9]*\), read \([0-9]*\), write \([0-9]*\), timeout \([0-9]*\).*/\1 \2 \3 \4/p' "$out")
+    errors=${non2xx:-0}
+    for e in $sockerr; do errors=$((errors + e)); done
+    ok=$((requests - ${non2xx:-0}))
+    echo "requests=$requests errors=$errors seconds=$duration tool=wrk"
+    ((ok > 0)) || exit 1
+    exit 0
+fi
+
+command -v curl >/dev/null 2>&1 || die "neither wrk nor curl is installed (scripts/setup-deps.sh)"
+[[ "$tool" == curl ]] || echo "webapi load: wrk not found, falling back to curl (lower request rate)" >&2
+
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+end=$((SECONDS + duration))
+worker() {
+    local n=0 err=0 code
+    while ((SECONDS < end)); do
+        code=$(curl -s -o /dev/null --max-time 10 -w '%{http_code}' "$url" || true)
+        if [[ "$code" == 2* ]]; then n=$((n + 1)); else err=$((err + 1)); fi
+    done
+    echo "$n $err" >"$dir/$1"
+}
+pids=()
+for ((i = 0; i < conns; i++)); do
+    worker "$i" &
+    pids+=($!)
+done
+wait "${pids[@]}"
+requests=0
+errors=0
+for f in "$dir"/*; do
+    read -r n err <"$f"
+    requests=$((requests + n + err))
+    errors=$((errors + err))
+done
+echo "curl: $requests requests in ${duration}s, $errors errors" >&2
+echo "requests=$requests errors=$errors seconds=$duration tool=curl"
+((requests - errors > 0)) || exit 1

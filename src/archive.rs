@@ -1,0 +1,1 @@
+//! `prof.tar.gz`: the outputs and captured symbols packed with relative paths, and its safe extraction.

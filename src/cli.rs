@@ -1,0 +1,250 @@
+//! Command-line interface: every flag is defined and documented once here. Long flags are accepted with one dash
+//! (`-pid 1`, as perfcollect and the original profcpu take them) as well as two (`--pid 1`, `--pid=1`).
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+const COLLECT_EXAMPLES: &str = "\
+Examples:
+  profcpu collect -pid 1 -duration 10          sample PID 1 (e.g. the app in this container) for 10 s
+  profcpu collect --pid 4242 --freq 999        sample at 999 Hz until Ctrl+C or 30 s
+  profcpu collect -all -duration 5             sample every process on the machine
+  profcpu collect -duration 20 -- dotnet App.dll
+                                               launch a command and sample it until it exits (or 20 s)
+
+For .NET, start the app with DOTNET_PerfMapEnabled=1 (COMPlus_PerfMapEnabled=1 before .NET 5) so JIT-compiled
+methods get names. Each run writes <output>/HH-MM-SS_YYYY-MM-DD/ with perf.data, perf_script.out,
+folded_stacks.out, flamegraph.svg and prof.tar.gz, and prints that path.";
+
+const POSTPROCESS_EXAMPLES: &str = "\
+Examples:
+  profcpu postprocess -dir profilings/14-03-22_2026-11-22
+  profcpu postprocess -dir prof.tar.gz -strip-tiers -no-kernel
+  profcpu postprocess -dir ./perf-record-output -per-thread     (a directory with perf.data from `perf record -g`)";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "profcpu",
+    version,
+    about = "CPU profiler for Linux and JIT runtimes (.NET, Node.js), in and across containers",
+    after_help = "Run 'profcpu collect --help' or 'profcpu postprocess --help' for examples.\n\
+                  Logs: -v (info), -vv (debug), or RUST_LOG=profcpu=debug."
+)]
+pub struct Cli {
+    /// More log output (-v info, -vv debug); RUST_LOG overrides.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Sample a process (or the whole machine, or a command) and write perf.data, flame graph and friends.
+    #[command(after_help = COLLECT_EXAMPLES)]
+    Collect(CollectArgs),
+    /// Regenerate perf_script.out, folded_stacks.out, flamegraph.svg and prof.tar.gz from saved data, offline.
+    #[command(after_help = POSTPROCESS_EXAMPLES)]
+    Postprocess(PostprocessArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CollectArgs {
+    /// Process to sample (host PID, or the PID as seen from this container); all its threads, also later ones.
+    #[arg(long, value_name = "PID", default_value_t = 1, conflicts_with = "all", value_parser = parse_pid, allow_negative_numbers = true)]
+    pub pid: u32,
+
+    /// Sample every process on the machine (needs CAP_PERFMON/CAP_SYS_ADMIN or perf_event_paranoid <= 0).
+    #[arg(long)]
+    pub all: bool,
+
+    /// Seconds to sample (fractions allowed). Ctrl+C or SIGTERM stops early and still writes every output.
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration, allow_negative_numbers = true)]
+    pub duration: f64,
+
+    /// Samples per second per CPU.
+    #[arg(long, value_name = "HZ", default_value_t = 99, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub freq: u64,
+
+    /// Base folder; each run writes into a new <base>/HH-MM-SS_YYYY-MM-DD inside it.
+    #[arg(long, value_name = "DIR", default_value = "profilings")]
+    pub output: PathBuf,
+
+    /// What drives sampling: cpu-clock (default), task-clock, or cycles (falls back to cpu-clock without a PMU).
+    #[arg(long, value_name = "EVENT", default_value = "cpu-clock", value_parser = ["cpu-clock", "task-clock", "cycles"])]
+    pub event: String,
+
+    /// Ring-buffer data pages per CPU (power of two). Default: as large as perf_event_mlock_kb allows, up to 512.
+    #[arg(long, value_name = "PAGES", value_parser = parse_pages)]
+    pub mmap_pages: Option<usize>,
+
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+
+    /// Command to launch and profile until it exits (after `--`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Flags shared by everything that names frames.
+#[derive(Debug, Args, Clone, Default)]
+pub struct SymbolArgs {
+    /// Extra folder to search for debug files (like /usr/lib/debug); may be repeated.
+    #[arg(long, value_name = "DIR")]
+    pub symbols: Vec<PathBuf>,
+
+    /// Use perf maps and jitdumps even when owned by a user other than root or the target's (they could lie).
+    #[arg(long)]
+    pub force_maps: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PostprocessArgs {
+    /// A profcpu output directory, a prof.tar.gz, or a directory with a perf.data from `perf record -g`.
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+
+    /// Keep only samples of this process (host PID as recorded).
+    #[arg(long, value_name = "PID", value_parser = parse_pid)]
+    pub pid: Option<u32>,
+
+    /// Keep only samples of this thread.
+    #[arg(long, value_name = "TID", value_parser = parse_pid)]
+    pub tid: Option<u32>,
+
+    /// Also write one folded file and flame graph per thread (folded_stacks.<tid>.out, flamegraph.<tid>.svg).
+    #[arg(long)]
+    pub per_thread: bool,
+
+    /// Drop kernel frames.
+    #[arg(long)]
+    pub no_kernel: bool,
+
+    /// Drop JIT tier suffixes such as [OptimizedTier1] so one method's tiers merge.
+    #[arg(long)]
+    pub strip_tiers: bool,
+
+    /// Flame graph title.
+    #[arg(long, value_name = "TEXT")]
+    pub title: Option<String>,
+
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+}
+
+fn parse_pid(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<i64>() {
+        Ok(n) if n > 0 && n <= i32::MAX as i64 => Ok(n as u32),
+        Ok(_) => Err("a PID is a positive number".into()),
+        Err(_) => Err("a PID is a positive number".into()),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<f64, String> {
+    let t = s.trim().trim_end_matches('s');
+    match t.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(_) => Err("the duration must be a positive number of seconds".into()),
+        Err(_) => Err("the duration must be a number of seconds, e.g. 10 or 2.5".into()),
+    }
+}
+
+fn parse_pages(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n.is_power_of_two() => Ok(n),
+        _ => Err("the page count must be a power of two (1, 2, 4, … 1024)".into()),
+    }
+}
+
+/// Rewrites `-name`/`-name=value` to `--name…` for every long flag the CLI knows, before `--`. Short flags (`-v`),
+/// values (`-5`) and unknown words are left alone so clap reports them.
+pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+    let mut long_names = Vec::new();
+    fn walk(cmd: &clap::Command, names: &mut Vec<String>) {
+        for a in cmd.get_arguments() {
+            if let Some(l) = a.get_long() {
+                names.push(l.to_string());
+            }
+        }
+        names.extend(["help", "version"].map(String::from));
+        for sub in cmd.get_subcommands() {
+            walk(sub, names);
+        }
+    }
+    walk(&Cli::command(), &mut long_names);
+
+    let mut out = Vec::new();
+    let mut passthrough = false;
+    for arg in args {
+        if passthrough {
+            out.push(arg);
+            continue;
+        }
+        let Some(s) = arg.to_str() else {
+            out.push(arg);
+            continue;
+        };
+        if s == "--" {
+            passthrough = true;
+        } else if s.len() > 2 && s.starts_with('-') && !s.starts_with("--") {
+            let name = s[1..].split('=').next().unwrap_or("");
+            if long_names.iter().any(|l| l == name) {
+                out.push(OsString::from(format!("-{s}")));
+                continue;
+            }
+        }
+        out.push(arg);
+    }
+    out
+}
+
+/// Parses the process arguments. Errors come back as clap errors so the caller decides how to show them.
+pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(normalize_args(args))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_strs(args: &[&str]) -> Result<Cli, clap::Error> {
+        parse(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn single_and_double_dash_long_flags_are_equivalent() {
+        for args in [
+            &["profcpu", "collect", "-pid", "42", "-duration", "5"][..],
+            &["profcpu", "collect", "--pid", "42", "--duration", "5"],
+            &["profcpu", "collect", "--pid=42", "-duration=5"],
+        ] {
+            let Command::Collect(c) = parse_strs(args).unwrap().command else { panic!() };
+            assert_eq!((c.pid, c.duration), (42, 5.0));
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_original_profcpu() {
+        let Command::Collect(c) = parse_strs(&["profcpu", "collect"]).unwrap().command else { panic!() };
+        assert_eq!((c.pid, c.duration, c.freq), (1, 30.0, 99));
+        assert_eq!(c.output, PathBuf::from("profilings"));
+    }
+
+    #[test]
+    fn arguments_after_double_dash_are_left_alone() {
+        let Command::Collect(c) = parse_strs(&["profcpu", "collect", "--", "sh", "-pid", "-c"]).unwrap().command else {
+            panic!()
+        };
+        assert_eq!(c.command, ["sh", "-pid", "-c"]);
+    }
+
+    #[test]
+    fn bad_values_are_rejected() {
+        for bad in [["-duration", "0"], ["-duration", "-5"], ["-duration", "abc"], ["-pid", "0"], ["-pid", "x"]] {
+            assert!(parse_strs(&["profcpu", "collect", bad[0], bad[1]]).is_err(), "{bad:?} accepted");
+        }
+        assert!(parse_strs(&["profcpu", "collect", "-nosuchflag"]).is_err());
+    }
+}

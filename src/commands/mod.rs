@@ -1,0 +1,14 @@
+//! One function per subcommand, wiring the stages together: record → perf_data → symbolize → report → archive.
+
+pub mod collect;
+pub mod postprocess;
+
+use crate::cli::{Cli, Command};
+use anyhow::Result;
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Collect(args) => collect::run(args),
+        Command::Postprocess(args) => postprocess::run(args),
+    }
+}

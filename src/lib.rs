@@ -1,0 +1,13 @@
+//! profcpu: a CPU profiler for Linux that understands JIT runtimes and containers.
+//!
+//! The modules follow the data: `cli` parses the command line, `record` samples with `perf_event_open` into
+//! `perf_data`, `symbolize` names the sampled addresses, `report` writes perf-script text, folded stacks and the
+//! flame graph, `archive` packs the results. `commands` wires them together for each subcommand.
+
+pub mod archive;
+pub mod cli;
+pub mod commands;
+pub mod perf_data;
+pub mod record;
+pub mod report;
+pub mod symbolize;

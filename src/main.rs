@@ -1,0 +1,50 @@
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = match profcpu::cli::parse(std::env::args_os()) {
+        Ok(cli) => cli,
+        Err(e) => return report_usage_error(e),
+    };
+    init_logging(cli.verbose);
+    match profcpu::commands::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line: the whole context chain, outermost first.
+            eprintln!("profcpu: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `--help`/`--version` print as clap renders them; a usage error becomes one line that says what to run for help.
+fn report_usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        let _ = e.print();
+        return ExitCode::SUCCESS;
+    }
+    if e.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        let _ = e.print();
+        return ExitCode::from(2);
+    }
+    let rendered = e.render().to_string();
+    let first = rendered.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+    eprintln!("profcpu: error: {first} (see 'profcpu --help')");
+    ExitCode::from(2)
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "profcpu=warn",
+        1 => "profcpu=info",
+        _ => "profcpu=debug",
+    };
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(verbose > 1)
+        .without_time()
+        .init();
+}

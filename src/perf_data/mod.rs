@@ -1,0 +1,15 @@
+//! perf.data, the file format of Linux `perf`: profcpu writes it while recording and reads it (its own or one
+//! written by `perf record`) to build every report.
+
+pub mod attr;
+mod bytes;
+pub mod header;
+pub mod reader;
+pub mod records;
+pub mod writer;
+
+pub use attr::{Attr, SampleFormat};
+pub use header::{BuildIdEntry, EventDesc, Features};
+pub use reader::{PerfDataReader, ReadStats};
+pub use records::{Comm, Lost, Mmap, Record, Sample, SampleId, Task};
+pub use writer::PerfDataWriter;

@@ -1,0 +1,189 @@
+//! perf.data reader for files written by profcpu or by `perf record`.
+
+use super::attr::{Attr, SampleFormat, PERF_SAMPLE_IDENTIFIER};
+use super::bytes::Cursor;
+use super::header::{EventDesc, Features, FileHeader, FILE_HEADER_SIZE};
+use super::records::{Record, HEADER_SIZE, PERF_RECORD_SAMPLE};
+use anyhow::{bail, Context, Result};
+use std::collections::HashMap;
+use std::path::Path;
+
+pub struct PerfDataReader {
+    bytes: memmap2::Mmap,
+    header: FileHeader,
+    events: Vec<EventDesc>,
+    features: Features,
+    id_to_event: HashMap<u64, usize>,
+    data_start: usize,
+    data_end: usize,
+    warnings: Vec<String>,
+}
+
+/// What reading the data section skipped, for a "partially readable" warning.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ReadStats {
+    pub records: u64,
+    pub undecodable: u64,
+    /// Bytes at the end of the data section that did not form a whole record.
+    pub truncated_bytes: u64,
+}
+
+impl PerfDataReader {
+    pub fn open(path: &Path) -> Result<Self> {
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        // SAFETY: the file is only read; a concurrent truncation by someone else could fault, which is the same
+        // contract perf itself has with its input.
+        let bytes = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))?;
+        Self::from_mmap(bytes).with_context(|| format!("{} is not a readable perf.data", path.display()))
+    }
+
+    fn from_mmap(bytes: memmap2::Mmap) -> Result<Self> {
+        let header = FileHeader::decode(&bytes)?;
+        let len = bytes.len() as u64;
+        let mut warnings = Vec::new();
+
+        let mut events = Vec::new();
+        if header.attr_size > 16 && header.attrs.size > 0 {
+            let attrs = slice(&bytes, header.attrs.offset, header.attrs.size).context("attr section out of bounds")?;
+            for chunk in attrs.chunks_exact(header.attr_size as usize) {
+                let attr_len = header.attr_size as usize - 16;
+                let mut c = Cursor::new(&chunk[attr_len..]);
+                let (off, size) = (c.u64()?, c.u64()?);
+                let ids = match slice(&bytes, off, size) {
+                    Some(raw) => raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect(),
+                    None => {
+                        warnings.push("an event's id list lies outside the file".to_string());
+                        vec![]
+                    }
+                };
+                let attr = Attr::from_bytes(chunk[..attr_len].to_vec())?;
+                events.push(EventDesc { name: attr.event_name(), attr, ids });
+            }
+        }
+        if events.is_empty() {
+            bail!("it describes no events (empty attr section): the recording was not finished");
+        }
+
+        let mut features = Features::default();
+        let mut index_pos = header.data.offset + header.data.size;
+        for bit in 0..256u32 {
+            if !header.has_feature(bit) {
+                continue;
+            }
+            let Some(entry) = slice(&bytes, index_pos, 16) else {
+                warnings.push("feature index is truncated".to_string());
+                break;
+            };
+            index_pos += 16;
+            let mut c = Cursor::new(entry);
+            let (off, size) = (c.u64()?, c.u64()?);
+            match slice(&bytes, off, size) {
+                Some(body) => {
+                    if let Err(e) = features.decode(bit, body) {
+                        warnings.push(format!("feature {bit} unreadable: {e}"));
+                    }
+                }
+                None => warnings.push(format!("feature {bit} lies outside the file")),
+            }
+        }
+        let data_start = header.data.offset.min(len) as usize;
+        let mut data_end = header.data.offset.saturating_add(header.data.size);
+        if data_end > len {
+            warnings.push(format!(
+                "data section claims {} bytes but the file ends after {}: reading what is there",
+                header.data.size,
+                len.saturating_sub(header.data.offset)
+            ));
+            data_end = len;
+        }
+        if data_start < FILE_HEADER_SIZE as usize {
+            bail!("data section overlaps the header");
+        }
+
+        let mut id_to_event = HashMap::new();
+        for (i, ev) in events.iter().enumerate() {
+            for &id in &ev.ids {
+                id_to_event.insert(id, i);
+            }
+        }
+        Ok(PerfDataReader {
+            bytes,
+            header,
+            events,
+            features,
+            id_to_event,
+            data_start,
+            data_end: data_end as usize,
+            warnings,
+        })
+    }
+
+    pub fn header(&self) -> &FileHeader {
+        &self.header
+    }
+
+    pub fn events(&self) -> &[EventDesc] {
+        &self.events
+    }
+
+    pub fn features(&self) -> &Features {
+        &self.features
+    }
+
+    /// Problems found while opening (truncation, sections out of bounds).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// The event a sample belongs to (by its id; the first event when the file has one or ids are absent).
+    pub fn event_of(&self, id: Option<u64>) -> &EventDesc {
+        let i = id.and_then(|id| self.id_to_event.get(&id).copied()).unwrap_or(0);
+        &self.events[i]
+    }
+
+    fn format_for_sample(&self, body: &[u8]) -> SampleFormat {
+        let first = self.events[0].attr.sample_format();
+        if self.events.len() > 1 && first.sample_type & PERF_SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
+            let id = u64::from_ne_bytes(body[..8].try_into().unwrap());
+            return self.event_of(Some(id)).attr.sample_format();
+        }
+        first
+    }
+
+    /// Calls `f` for every record of the data section, in file order. Records that cannot be decoded are counted and
+    /// skipped; a record whose size is impossible ends the walk (nothing after it can be trusted).
+    pub fn for_each_record(&self, mut f: impl FnMut(Record) -> Result<()>) -> Result<ReadStats> {
+        let data = &self.bytes[self.data_start..self.data_end];
+        let mut stats = ReadStats::default();
+        let mut pos = 0usize;
+        let base_format = self.events[0].attr.sample_format();
+        while pos + HEADER_SIZE <= data.len() {
+            let kind = u32::from_ne_bytes(data[pos..pos + 4].try_into().unwrap());
+            let size = u16::from_ne_bytes(data[pos + 6..pos + 8].try_into().unwrap()) as usize;
+            if size < HEADER_SIZE || pos + size > data.len() {
+                break;
+            }
+            let rec = &data[pos..pos + size];
+            let format =
+                if kind == PERF_RECORD_SAMPLE { self.format_for_sample(&rec[HEADER_SIZE..]) } else { base_format };
+            match Record::decode(rec, &format) {
+                Ok(r) => {
+                    stats.records += 1;
+                    f(r)?;
+                }
+                Err(_) => stats.undecodable += 1,
+            }
+            pos += size;
+        }
+        stats.truncated_bytes = (data.len() - pos) as u64;
+        Ok(stats)
+    }
+}
+
+fn slice(bytes: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
+    let end = offset.checked_add(size)?;
+    if end > bytes.len() as u64 {
+        return None;
+    }
+    Some(&bytes[offset as usize..end as usize])
+}

@@ -1,0 +1,72 @@
+//! The sampling engine: `perf_event_open` per CPU (and per thread of the target), one mmap ring buffer per CPU,
+//! records streamed into a perf.data as they arrive.
+
+use crate::perf_data::Record;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// What to profile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// A running process (host PID) and all its threads, including ones it starts later.
+    Pid(u32),
+    /// Every process on the machine.
+    All,
+    /// Launch this command and profile it until it exits.
+    Command(Vec<String>),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    CpuClock,
+    TaskClock,
+    /// Hardware cycles; falls back to cpu-clock with a notice where there is no PMU.
+    Cycles,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordOptions {
+    pub target: Target,
+    /// How long to sample; `None` for a launched command means "until it exits".
+    pub duration: Option<Duration>,
+    pub frequency: u64,
+    pub event: EventKind,
+    /// Ring-buffer data pages per CPU (a power of two); `None` picks a size that fits `perf_event_mlock_kb`.
+    pub mmap_pages: Option<usize>,
+    /// Where to write perf.data (must not exist).
+    pub perf_data: PathBuf,
+    /// Show the live progress line (on a TTY).
+    pub progress: bool,
+}
+
+/// Why collection stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EndReason {
+    DurationElapsed,
+    Signal(String),
+    TargetExited,
+}
+
+#[derive(Debug, Clone)]
+pub struct RecordSummary {
+    pub samples: u64,
+    pub lost: u64,
+    pub lost_per_cpu: Vec<u64>,
+    pub bytes_written: u64,
+    pub elapsed: Duration,
+    /// The event actually used (after any fallback), as perf names it.
+    pub event_name: String,
+    pub frequency: u64,
+    /// Host PID of the target process (the launched command's PID for `Target::Command`).
+    pub target_pid: Option<u32>,
+    pub target_cmdline: Vec<String>,
+    pub start_time: chrono::DateTime<chrono::Local>,
+    pub end_reason: EndReason,
+}
+
+/// Sees the non-sample records (MMAP2, COMM, FORK, EXIT) as they are read, and gets a periodic tick; the collect
+/// command uses this to copy a JIT's perf map / jitdump while the target is still alive.
+pub trait RecordObserver {
+    fn on_record(&mut self, _record: &Record) {}
+    fn on_tick(&mut self) {}
+}
