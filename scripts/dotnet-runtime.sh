@@ -28,11 +28,14 @@ if [[ -f "$stamp" && -x "$bin_dir/dotnet" ]]; then
 fi
 
 mkdir -p "$dest"
+# The caller's working directory may be hidden (e.g. under a /tmp that a mount
+# namespace replaced), and pyenv shims refuse to run from there.
+cd "$dest"
 
 pick_pip() {
     local py
     for py in python3 python; do
-        if command -v "$py" >/dev/null 2>&1 && "$py" -m pip --version >/dev/null 2>&1; then
+        if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import pip' >/dev/null 2>&1; then
             PIP=("$py" -m pip)
             return 0
         fi

@@ -60,7 +60,7 @@ done
 
 # pip is needed by scripts/dotnet-runtime.sh; only fall back to Debian's when
 # no interpreter on PATH has one (pyenv or a venv is preferred when present).
-if ! python3 -m pip --version >/dev/null 2>&1; then
+if ! python3 -c 'import pip' >/dev/null 2>&1; then
     missing+=("python3-pip")
 fi
 
@@ -93,15 +93,19 @@ apt_opts=(-o DPkg::Lock::Timeout=300 -q)
 
 # --error-on=any makes a failed download of an index fatal; without it apt-get
 # update exits 0 with only a warning when the mirror is unreachable.
-if ! "${SUDO[@]}" apt-get "${apt_opts[@]}" update --error-on=any >/tmp/setup-deps-apt-update.log 2>&1; then
-    tail -n 5 /tmp/setup-deps-apt-update.log >&2 || true
-    die "cannot reach the Debian package registry (apt-get update failed; see /tmp/setup-deps-apt-update.log)"
+# apt's chatter goes to a log that is kept only when something fails.
+apt_log=$(mktemp "${TMPDIR:-/tmp}/setup-deps-apt.XXXXXX")
+
+if ! "${SUDO[@]}" apt-get "${apt_opts[@]}" update --error-on=any >"$apt_log" 2>&1 </dev/null; then
+    tail -n 3 "$apt_log" >&2 || true
+    die "cannot reach the Debian package registry (apt-get update failed; log: $apt_log)"
 fi
 
-if ! "${SUDO[@]}" apt-get "${apt_opts[@]}" install -y --no-install-recommends "${missing[@]}" </dev/null >/tmp/setup-deps-apt-install.log 2>&1; then
-    tail -n 15 /tmp/setup-deps-apt-install.log >&2 || true
-    die "apt-get install failed for: ${missing[*]} (see /tmp/setup-deps-apt-install.log)"
+if ! "${SUDO[@]}" apt-get "${apt_opts[@]}" install -y --no-install-recommends "${missing[@]}" >>"$apt_log" 2>&1 </dev/null; then
+    tail -n 15 "$apt_log" >&2 || true
+    die "apt-get install failed for: ${missing[*]} (log: $apt_log)"
 fi
+rm -f "$apt_log"
 
 # Re-check so a package that installed but does not provide the expected
 # command (renamed binary, diversion) is reported here rather than in a test.

@@ -43,8 +43,18 @@ public static class App
         IPAddress address = string.IsNullOrEmpty(bind) ? IPAddress.Loopback : IPAddress.Parse(bind);
 
         var listener = new TcpListener(address, port);
-        listener.Server.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.ReuseAddress, true);
-        listener.Start(512);
+        try
+        {
+            listener.Server.SetSocketOption(SocketOptionLevel.Socket, SocketOptionName.ReuseAddress, true);
+            listener.Start(512);
+        }
+        catch (SocketException e)
+        {
+            // A plain message and exit code instead of an unhandled-exception
+            // abort (SIGABRT), which would look like a runtime crash.
+            Console.Error.WriteLine("webapi: cannot listen on {0}:{1}: {2}", address, port, e.Message);
+            return 3;
+        }
         Console.WriteLine("webapi: listening on {0}:{1} pid={2} runtime={3}",
             address, port, System.Diagnostics.Process.GetCurrentProcess().Id, Environment.Version);
         Console.Out.Flush();

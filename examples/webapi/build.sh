@@ -39,17 +39,19 @@ mkdir -p "$out_dir"
 exec 9>"$out_dir/.build.lock"
 flock 9
 if ! up_to_date; then
-    tmp=$out_dir/App.dll.tmp.$$
-    trap 'rm -f "$tmp"' EXIT
+    # Build in a scratch dir under the final file name: mcs names the assembly
+    # after the output file, and that name shows in every perf-map entry.
+    tmp=$(mktemp -d "$out_dir/.build.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
     # -noconfig keeps mcs from adding its default desktop references; the
     # netcoreapp runtime resolves mscorlib/System through its own facades.
     mcs -noconfig -nologo -optimize+ -target:exe \
         -r:mscorlib.dll -r:System.dll \
-        -out:"$tmp" "$here/App.cs" >&2 \
+        -out:"$tmp/App.dll" "$here/App.cs" >&2 \
         || die "mcs failed to compile $here/App.cs"
     cp "$here/App.runtimeconfig.json" "$config.tmp.$$"
     mv -f "$config.tmp.$$" "$config"
-    mv -f "$tmp" "$dll"
+    mv -f "$tmp/App.dll" "$dll"
     echo "$source_hash" >"$stamp"
 fi
 echo "$dll"

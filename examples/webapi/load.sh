@@ -8,7 +8,9 @@
 #   Port: $PORT, default 5080. The target is always 127.0.0.1.
 #
 # Stdout: one line `requests=N errors=E seconds=S tool=wrk|curl`.
-# Stderr: the load tool's own report. Exit status 1 when no request succeeded.
+# Stderr: the load tool's own report.
+# Exit status: 0 ok, 1 no request succeeded, 2 bad arguments or wrk failed
+# (e.g. nothing listening).
 # Uses wrk when installed, else a bash loop of curl requests
 # ($WEBAPI_LOAD_TOOL=curl forces the fallback, e.g. to test it).
 set -euo pipefail
@@ -62,10 +64,12 @@ command -v curl >/dev/null 2>&1 || die "neither wrk nor curl is installed (scrip
 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-end=$((SECONDS + duration))
+# Microsecond clock: $SECONDS is whole seconds and would cut a run short by
+# up to one second.
+end=$((${EPOCHREALTIME//[!0-9]/} + duration * 1000000))
 worker() {
     local n=0 err=0 code
-    while ((SECONDS < end)); do
+    while ((${EPOCHREALTIME//[!0-9]/} < end)); do
         code=$(curl -s -o /dev/null --max-time 10 -w '%{http_code}' "$url" || true)
         if [[ "$code" == 2* ]]; then n=$((n + 1)); else err=$((err + 1)); fi
     done

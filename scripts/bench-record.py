@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Recording overhead benchmark: one fixed CPU-bound workload run three ways in the same session.
+
+  alone | under `perf record -F FREQ -g -p PID` | under `profcpu collect -freq FREQ -pid PID`
+
+Prints each run's wall time, the slowdown against the median of the runs alone, the profiler's own CPU time
+(user+sys from wait4), and the profcpu/perf ratios. Usage:
+
+  scripts/bench-record.py [--freq 999] [--repeat 3] [--profcpu target/release/profcpu]
+"""
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+# Deterministic work with real call stacks: two threads, recursive Fibonacci plus a hashing loop, frame pointers kept
+# so both profilers unwind the same way.
+WORKLOAD_C = r"""
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+static uint64_t fib(int n) { return n < 2 ? (uint64_t)n : fib(n - 1) + fib(n - 2); }
+static uint64_t mix(uint64_t x, long rounds) {
+    for (long i = 0; i < rounds; i++) { x ^= x << 13; x ^= x >> 7; x ^= x << 17; }
+    return x;
+}
+static void *worker(void *arg) {
+    long reps = (long)arg; uint64_t acc = 0;
+    for (long r = 0; r < reps; r++) { acc += fib(27); acc = mix(acc, 2000000); }
+    return (void *)(uintptr_t)acc;
+}
+int main(int argc, char **argv) {
+    long reps = argc > 1 ? atol(argv[1]) : 40;
+    int threads = argc > 2 ? atoi(argv[2]) : 2;
+    pthread_t t[64];
+    /* Signal readiness, then wait for a byte on stdin so the profiler is attached before the timed work starts. */
+    printf("ready\n"); fflush(stdout);
+    if (getchar() == EOF) return 1;
+    for (int i = 0; i < threads; i++) pthread_create(&t[i], 0, worker, (void *)reps);
+    for (int i = 0; i < threads; i++) pthread_join(t[i], 0);
+    return 0;
+}
+"""
+
+
+def build_workload(tmp):
+    src = os.path.join(tmp, "work.c")
+    exe = os.path.join(tmp, "work")
+    with open(src, "w") as f:
+        f.write(WORKLOAD_C)
+    subprocess.run(["gcc", "-O2", "-fno-omit-frame-pointer", "-pthread", "-o", exe, src], check=True)
+    return exe
+
+
+def run_once(exe, args, profiler_cmd, tmp):
+    """Runs the workload; if profiler_cmd is given it is started against the workload's PID first. Returns
+    (workload wall seconds, profiler cpu seconds or None)."""
+    work = subprocess.Popen([exe, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert work.stdout.readline().strip() == "ready"
+    prof = None
+    if profiler_cmd:
+        cmd = [c.replace("{pid}", str(work.pid)).replace("{tmp}", tmp) for c in profiler_cmd]
+        prof = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)  # both profilers have opened their events well within this
+        if prof.poll() is not None:
+            sys.exit(f"profiler exited early: {' '.join(cmd)}\n{prof.stderr.read()}")
+    start = time.monotonic()
+    work.stdin.write("go\n")
+    work.stdin.flush()
+    work.wait()
+    wall = time.monotonic() - start
+    cpu = None
+    if prof:
+        prof.send_signal(signal.SIGINT)
+        _, status, usage = os.wait4(prof.pid, 0)
+        prof.returncode = os.waitstatus_to_exitcode(status)
+        cpu = usage.ru_utime + usage.ru_stime
+        err = prof.stderr.read()
+        if prof.returncode not in (0, -signal.SIGINT, 130):
+            sys.exit(f"profiler failed ({prof.returncode}): {' '.join(cmd)}\n{err}")
+    return wall, cpu
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--freq", type=int, default=999)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--reps", default="40", help="workload repetitions per thread (sets the run length)")
+    ap.add_argument("--threads", default="2")
+    ap.add_argument("--profcpu", default="target/release/profcpu")
+    args = ap.parse_args()
+    if not shutil.which("perf"):
+        sys.exit("perf not found: install Debian's linux-perf (scripts/setup-deps.sh)")
+    if not os.access(args.profcpu, os.X_OK):
+        sys.exit(f"{args.profcpu} not found: build it with 'cargo build --release'")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        exe = build_workload(tmp)
+        wargs = [args.reps, args.threads]
+        ways = {
+            "alone": None,
+            "perf": ["perf", "record", "-q", "-F", str(args.freq), "-g", "-o", "{tmp}/perf-{pid}.data", "-p", "{pid}"],
+            "profcpu": [args.profcpu, "collect", "-freq", str(args.freq), "-pid", "{pid}", "-duration", "3600",
+                        "-output", "{tmp}/profcpu-{pid}"],
+        }
+        results = {k: [] for k in ways}
+        # Interleave the ways so drift in machine load hits all of them alike.
+        for _ in range(args.repeat):
+            for name, cmd in ways.items():
+                results[name].append(run_once(exe, wargs, cmd, tmp))
+
+    base = statistics.median(w for w, _ in results["alone"])
+    print(f"workload: {args.threads} threads x {args.reps} reps, {args.freq} Hz, {args.repeat} runs each, median shown")
+    print(f"{'way':<8} {'wall s':>8} {'slowdown':>9} {'profiler cpu s':>15}")
+    summary = {}
+    for name, runs in results.items():
+        wall = statistics.median(w for w, _ in runs)
+        cpus = [c for _, c in runs if c is not None]
+        cpu = statistics.median(cpus) if cpus else None
+        slow = (wall / base - 1) * 100
+        summary[name] = (wall, slow, cpu)
+        print(f"{name:<8} {wall:8.3f} {slow:8.2f}% {'' if cpu is None else f'{cpu:15.3f}'}")
+    pw, ps, pc = summary["perf"]
+    qw, qs, qc = summary["profcpu"]
+    print(f"ratio profcpu/perf: wall {qw / pw:.3f}, profiler cpu {qc / pc:.3f}")
+
+
+if __name__ == "__main__":
+    main()
