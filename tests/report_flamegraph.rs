@@ -176,6 +176,26 @@ fn chromium_renders_the_svg_and_its_search_finds_the_hot_method() {
     let frames = dom.matches("<rect ").count();
     assert!(frames >= 10, "only {frames} frames rendered");
 
+    // Zoom, restored from the URL the way a click records it (`?x=<fg:x>&y=<y>` of the clicked frame): the hot
+    // method fills the view, its sibling is hidden.
+    let svg = std::fs::read_to_string(&path).unwrap();
+    let hot = &svg[svg.find("<title>int64 [App] App.Work::HotMethod").unwrap()..];
+    let rect = &hot[..hot.find("/>").unwrap()];
+    let attr = |name: &str| {
+        let at = rect.find(&format!(" {name}=\"")).unwrap() + name.len() + 3;
+        rect[at..at + rect[at..].find('"').unwrap()].to_string()
+    };
+    let zoom_url = format!("file://{}?x={}&y={}", path.display(), attr("fg:x"), attr("y"));
+    let zoomed = chromium(&["--virtual-time-budget=2000", "--dump-dom"], &zoom_url, &dir.join("chromium-profile-zoom"));
+    let group_of = |dom: &str, name: &str| {
+        let at = dom.find(&format!("<title>{name} (")).unwrap_or_else(|| panic!("no {name} in the DOM"));
+        let open = dom[..at].rfind("<g").unwrap();
+        dom[open..at].to_string()
+    };
+    assert!(group_of(&zoomed, "void [App] App.Work::ColdMethod").contains("hide"), "sibling not hidden by zoom");
+    assert!(group_of(&zoomed, "void [App] App.Server::Serve").contains("parent"), "ancestor not marked by zoom");
+    assert!(!group_of(&zoomed, "int64 [App] App.Work::HotMethod").contains("hide"), "zoomed frame hidden");
+
     let screenshot = dir.join("flamegraph.png");
     chromium(
         &["--virtual-time-budget=2000", "--window-size=1200,500", &format!("--screenshot={}", screenshot.display())],
