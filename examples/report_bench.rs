@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! cargo run --release --example report_bench [SAMPLES] [OUTPUT_DIR]
+//! cargo run --release --example report_bench --from-perf-script=FILE   # a real profile, as perf named it
 //! ```
 //!
 //! Prints the best of 5 runs of each step (perf_script.out, fold + folded_stacks.out, flamegraph.svg), of `write_outputs`
@@ -106,17 +107,83 @@ fn synthetic_profile(count: usize) -> Vec<ResolvedSample> {
         .collect()
 }
 
-fn main() -> anyhow::Result<()> {
-    let count: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(40_000);
-    let dir = std::env::args()
-        .nth(2)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("profcpu-report-bench-{}", std::process::id())));
-    std::fs::create_dir_all(&dir)?;
+/// Reads `perf script -F comm,pid,tid,cpu,time,period,event,ip,sym,symoff,dso` text (thread names without
+/// spaces) into samples named as perf named them, to time the report stage on a real profile.
+fn samples_from_perf_script(path: &str) -> anyhow::Result<Vec<ResolvedSample>> {
+    let text = std::fs::read_to_string(path)?;
+    let mut names: std::collections::HashMap<String, Arc<str>> = Default::default();
+    let mut intern = |s: &str| names.entry(s.to_string()).or_insert_with(|| Arc::from(s)).clone();
+    let mut samples = Vec::new();
+    for block in text.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut lines = block.lines();
+        let header = lines.next().unwrap_or_default();
+        let mut fields = header.split_whitespace();
+        let (Some(comm), Some(ids), Some(cpu), Some(time), Some(period), Some(event)) =
+            (fields.next(), fields.next(), fields.next(), fields.next(), fields.next(), fields.next())
+        else {
+            anyhow::bail!("unexpected sample header {header:?}");
+        };
+        let (pid, tid) = ids.split_once('/').unwrap_or((ids, ids));
+        let secs: f64 = time.trim_end_matches(':').parse()?;
+        let mut frames = Vec::new();
+        for line in lines {
+            let line = line.trim_start();
+            let Some((addr, rest)) = line.split_once(' ') else { continue };
+            let Some((symbol, module)) = rest.rsplit_once(" (") else { continue };
+            let module = module.trim_end_matches(')');
+            let (symbol, offset) = match symbol.rsplit_once("+0x") {
+                Some((s, off)) => (s, u64::from_str_radix(off, 16).unwrap_or(0)),
+                None => (symbol, 0),
+            };
+            let kind = match module {
+                "[kernel.kallsyms]" => FrameKind::Kernel,
+                "[unknown]" => FrameKind::Unknown,
+                m if m.starts_with("/tmp/perf-") => FrameKind::Jit,
+                _ => FrameKind::Native,
+            };
+            frames.push(Frame {
+                addr: u64::from_str_radix(addr, 16).unwrap_or(0),
+                symbol: Some(intern(symbol)),
+                offset,
+                module: intern(module),
+                kind,
+            });
+        }
+        samples.push(ResolvedSample {
+            pid: pid.parse()?,
+            tid: tid.parse()?,
+            cpu: cpu.trim_matches(['[', ']']).parse()?,
+            time: (secs * 1e9) as u64,
+            period: period.parse()?,
+            comm: intern(comm),
+            event: intern(event.trim_end_matches(':')),
+            frames,
+        });
+    }
+    Ok(samples)
+}
 
+fn main() -> anyhow::Result<()> {
+    let first = std::env::args().nth(1);
+    if let Some(path) = first.as_deref().and_then(|a| a.strip_prefix("--from-perf-script=")) {
+        let t = Instant::now();
+        let samples = samples_from_perf_script(path)?;
+        let frames: usize = samples.iter().map(|s| s.frames.len()).sum();
+        println!("read {} samples ({frames} frames) from {path} in {:?}", samples.len(), t.elapsed());
+        return run(samples, None);
+    }
+    let count: usize = first.map(|s| s.parse()).transpose()?.unwrap_or(40_000);
     let t = Instant::now();
     let samples = synthetic_profile(count);
     println!("generated {count} samples x 15 frames in {:?}", t.elapsed());
+    run(samples, std::env::args().nth(2).map(PathBuf::from))
+}
+
+fn run(samples: Vec<ResolvedSample>, keep: Option<PathBuf>) -> anyhow::Result<()> {
+    let dir = keep
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("profcpu-report-bench-{}", std::process::id())));
+    std::fs::create_dir_all(&dir)?;
 
     // Each step runs RUNS times; the fastest run is reported (the machine may be shared).
     let script_path = dir.join("bench.perf_script.out");
@@ -198,7 +265,7 @@ fn main() -> anyhow::Result<()> {
         ours == collapsed
     });
     println!("inferno flamegraph   {:>8.1} ms", ms(flame_time));
-    if std::env::args().nth(2).is_none() {
+    if keep.is_none() {
         std::fs::remove_dir_all(&dir)?;
     }
     Ok(())

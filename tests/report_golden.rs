@@ -10,7 +10,7 @@ use inferno::collapse::Collapse;
 use profcpu::report::folded::{fold, FoldOptions};
 use profcpu::report::script::{write_perf_script, ScriptOptions};
 use profcpu::report::{names, Weight};
-use profcpu::symbolize::{Frame, ResolvedSample};
+use profcpu::symbolize::{Frame, FrameKind, ResolvedSample};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -89,6 +89,28 @@ fn samples_weight_counts_samples_and_period_weight_sums_periods() {
     assert_eq!(fib.1, 1, "the QuickJitted sample");
     let task_clock_only = fold(&samples, &FoldOptions { event: Some("task-clock".into()), weight: Weight::Period });
     assert_eq!(task_clock_only.stacks(), &[("dotnet;main;int64 [App] App::Fib".to_string(), 1)]);
+}
+
+#[test]
+fn blank_symbols_are_named_by_module_and_offset_each() {
+    // Two frames with the same blank symbol Arc but different offsets must not share a cached name.
+    let blank: Option<Arc<str>> = Some(Arc::from("  "));
+    let module: Arc<str> = Arc::from("/usr/lib/libx.so");
+    let frames = |offset| {
+        vec![Frame {
+            addr: 0x1000 + offset,
+            symbol: blank.clone(),
+            offset,
+            module: module.clone(),
+            kind: FrameKind::Native,
+        }]
+    };
+    let mut samples = golden_samples()[..1].to_vec();
+    samples[0].frames = frames(0x10);
+    samples.push(ResolvedSample { frames: frames(0x20), ..samples[0].clone() });
+    let folded = folded_text(&samples, Weight::Samples);
+    assert_eq!(folded, "dotnet;libx.so+0x10 1\ndotnet;libx.so+0x20 1\n");
+    assert_eq!(inferno_collapse(&script_text(&samples, Weight::Samples), 1), folded);
 }
 
 #[test]

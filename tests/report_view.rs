@@ -2,7 +2,7 @@
 //! write_outputs as the collect/postprocess commands will call it.
 
 use profcpu::report::folded::{fold, FoldOptions};
-use profcpu::report::top::hottest_self;
+use profcpu::report::top::{self, hottest_self};
 use profcpu::report::view::{group_by_tid, strip_tier, View};
 use profcpu::report::{self, write_outputs, ReportOptions, Weight};
 use profcpu::symbolize::{FrameKind, ResolvedSample};
@@ -118,13 +118,24 @@ fn top_table_counts_leaf_samples() {
     let top = hottest_self(&samples, 3);
     assert_eq!(top.total_samples, 12);
     assert_eq!(top.rows.len(), 3);
-    // Three samples end in Fib (two recursive OptimizedTier1, one QuickJitted) plus one of the other event.
-    assert_eq!((top.rows[0].name.as_str(), top.rows[0].samples), ("int64 [App] App::Fib", 4));
-    assert!((top.rows[0].percent - 100.0 * 4.0 / 12.0).abs() < 1e-9);
+    // Fib is the leaf of three cpu-clock samples (two OptimizedTier1, one QuickJitted); the task-clock sample is
+    // not counted, as it is not in the folded stacks either.
+    assert_eq!((top.rows[0].name.as_str(), top.rows[0].samples), ("int64 [App] App::Fib", 3));
+    assert!((top.rows[0].percent - 25.0).abs() < 1e-9);
     let text = top.to_string();
     assert!(text.starts_with("Hottest frames by self time (12 samples):\n"), "{text}");
-    assert!(text.contains("         4   33.3%  int64 [App] App::Fib\n"), "{text}");
+    assert!(text.contains("         3   25.0%  int64 [App] App::Fib\n"), "{text}");
     assert_eq!(text.lines().count(), 5, "{text}");
+    // Ties are broken by name, so the table is stable.
+    assert!(top.rows[1].samples == 1 && top.rows[1].name < top.rows[2].name, "{text}");
+}
+
+#[test]
+fn top_table_from_folded_stacks_is_the_same_table() {
+    let samples = golden_samples();
+    let folded = fold(&samples, &FoldOptions { event: None, weight: Weight::Period });
+    assert_eq!(top::from_folded(&folded, 10), hottest_self(&samples, 10));
+    assert_eq!(top::from_folded(&folded, 10).rows.iter().map(|r| r.samples).sum::<u64>(), folded.samples());
 }
 
 #[test]

@@ -94,6 +94,9 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
     if folded.is_empty() {
         bail!("no stacks to draw: no samples with a callchain passed the filters");
     }
+    if folded.total() == 0 {
+        bail!("no stacks to draw: every sample has period 0 (fold with Weight::Samples)");
+    }
     let mut palette = PaletteMap::default();
     palette.insert("", rgb(200, 200, 200));
     for (name, kind) in folded.kinds() {

@@ -2,8 +2,8 @@
 //! the root frame, sorted bytewise, as `perf script | inferno-collapse-perf` would produce from our
 //! perf_script.out (see [`super::names`] for the naming rules and [`Weight`] for what the count counts).
 
-use super::stacks::{FastMap, StackNamer};
-use super::{names, Weight};
+use super::stacks::{EventFilter, FastMap, StackNamer};
+use super::Weight;
 use crate::symbolize::{FrameKind, ResolvedSample};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -27,6 +27,10 @@ pub struct Folded {
     kinds: HashMap<String, FrameKind>,
     total: u64,
     samples: u64,
+    /// Every sample given to [`fold`], including those of other events and without a stack.
+    input_samples: u64,
+    /// Samples per leaf frame name (for the top table).
+    leaves: Vec<(String, u64)>,
     event: Option<String>,
 }
 
@@ -44,6 +48,16 @@ impl Folded {
     /// How many samples went into the stacks.
     pub fn samples(&self) -> u64 {
         self.samples
+    }
+
+    /// Every sample given to [`fold`], folded or not.
+    pub fn input_samples(&self) -> u64 {
+        self.input_samples
+    }
+
+    /// How many folded samples had each frame name as their leaf (unordered).
+    pub fn leaf_samples(&self) -> &[(String, u64)] {
+        &self.leaves
     }
 
     /// The event whose samples were folded (up to its first `:`), `None` when there were no samples.
@@ -79,27 +93,21 @@ pub fn fold<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &Fo
     let mut namer = StackNamer::new();
     let mut counts: FastMap<Box<[u32]>, u64> = FastMap::default();
     let mut stack = Vec::with_capacity(64);
-    let mut event: Option<String> =
-        opts.event.as_deref().map(|e| names::event_key(&names::script_event(e)).to_string());
-    let mut event_matches: FastMap<(usize, usize), bool> = FastMap::default();
+    let mut filter = EventFilter::new(opts.event.as_deref());
     let mut folded_samples = 0u64;
+    let mut input_samples = 0u64;
+    let mut leaf_samples: Vec<u64> = Vec::new();
 
     for sample in samples {
-        let event_key = super::stacks::arc_identity(&sample.event);
-        let matches = match event_matches.get(&event_key) {
-            Some(&m) => m,
-            None => {
-                let printed = names::script_event(&sample.event);
-                let key = names::event_key(&printed);
-                let wanted = event.get_or_insert_with(|| key.to_string());
-                let m = wanted == key;
-                event_matches.insert(event_key, m);
-                m
-            }
-        };
-        if !matches || !namer.stack(sample, &mut stack) {
+        input_samples += 1;
+        if !filter.matches(sample) || !namer.stack(sample, &mut stack) {
             continue;
         }
+        let leaf = *stack.last().expect("a stack with frames") as usize;
+        if leaf_samples.len() <= leaf {
+            leaf_samples.resize(leaf + 1, 0);
+        }
+        leaf_samples[leaf] += 1;
         let weight = match opts.weight {
             Weight::Period => sample.period,
             Weight::Samples => 1,
@@ -136,5 +144,11 @@ pub fn fold<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &Fo
         .filter(|&id| used[id as usize])
         .filter_map(|id| namer.kind(id).map(|kind| (namer.name(id).to_string(), kind)))
         .collect();
-    Folded { stacks, kinds, total, samples: folded_samples, event }
+    let leaves = leaf_samples
+        .iter()
+        .enumerate()
+        .filter(|(_, &count)| count > 0)
+        .map(|(id, &count)| (namer.name(id as u32).to_string(), count))
+        .collect();
+    Folded { stacks, kinds, total, samples: folded_samples, input_samples, leaves, event: filter.event() }
 }

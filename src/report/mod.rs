@@ -93,8 +93,8 @@ pub struct ReportSummary {
 }
 
 /// Writes perf_script.out, folded_stacks.out and flamegraph.svg (and the per-thread files) into `dir` from
-/// samples already passed through a [`view::View`]. Files must not exist yet. The script is written (and the top
-/// table computed) on a second thread while the stacks are folded and drawn.
+/// samples already passed through a [`view::View`]. Files must not exist yet. The script is written on a second
+/// thread while the stacks are folded and drawn; the top table comes from the fold.
 pub fn write_outputs(dir: &Path, samples: &[ResolvedSample], opts: &ReportOptions) -> Result<ReportSummary> {
     let script_path = dir.join(PERF_SCRIPT_FILE);
     let script_opts = script::ScriptOptions { weight: opts.weight };
@@ -103,14 +103,13 @@ pub fn write_outputs(dir: &Path, samples: &[ResolvedSample], opts: &ReportOption
     let mut files = vec![PathBuf::from(PERF_SCRIPT_FILE), PathBuf::from(FOLDED_FILE)];
 
     let (script_result, graph_result) = std::thread::scope(|scope| {
-        let script_writer = scope.spawn(|| {
-            write_file(&script_path, |out| script::write_perf_script(samples, &script_opts, out))
-                .map(|()| top::hottest_self(samples, opts.top))
-        });
+        let script_writer =
+            scope.spawn(|| write_file(&script_path, |out| script::write_perf_script(samples, &script_opts, out)));
         let graph = (|| -> Result<(folded::Folded, bool)> {
             let all = folded::fold(samples, &fold_opts);
             write_file(&dir.join(FOLDED_FILE), |out| all.write(out))?;
-            let drawn = !all.is_empty();
+            // An all-zero total (samples recorded without a period, weighted by it) has nothing to draw either.
+            let drawn = all.total() > 0;
             if drawn {
                 write_svg_file(&dir.join(FLAMEGRAPH_FILE), &all, &opts.flame)?;
             }
@@ -118,12 +117,15 @@ pub fn write_outputs(dir: &Path, samples: &[ResolvedSample], opts: &ReportOption
         })();
         (script_writer.join().expect("perf script writer panicked"), graph)
     });
-    let top = script_result?;
+    script_result?;
     let (all, drawn) = graph_result?;
+    let top = top::from_folded(&all, opts.top);
     if drawn {
         files.push(PathBuf::from(FLAMEGRAPH_FILE));
     } else {
-        notes.push("no samples with a stack: flamegraph.svg was not written".to_string());
+        let why =
+            if all.is_empty() { "no samples with a stack" } else { "every sample has period 0 (use Weight::Samples)" };
+        notes.push(format!("{why}: flamegraph.svg was not written"));
     }
 
     if opts.per_thread {
@@ -134,7 +136,7 @@ pub fn write_outputs(dir: &Path, samples: &[ResolvedSample], opts: &ReportOption
             let folded_name = thread_folded_file(tid);
             write_file(&dir.join(&folded_name), |out| thread.write(out))?;
             files.push(folded_name.into());
-            if thread.is_empty() {
+            if thread.total() == 0 {
                 continue;
             }
             let comm = thread_samples.first().map(|s| s.comm.to_string()).unwrap_or_default();

@@ -24,6 +24,11 @@
 use crate::symbolize::Frame;
 use std::borrow::Cow;
 
+/// Whether the frame has a usable symbol (a blank one counts as none).
+pub fn is_named(frame: &Frame) -> bool {
+    frame.symbol.as_deref().is_some_and(|s| !s.trim().is_empty())
+}
+
 /// The label of a frame: its trimmed symbol, or `<module basename>+0x<offset>` when it has none.
 pub fn frame_label(frame: &Frame) -> Cow<'_, str> {
     match frame.symbol.as_deref().map(str::trim) {

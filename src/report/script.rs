@@ -115,7 +115,7 @@ fn frame_key(frame: &Frame) -> FrameKey {
     FrameKey {
         symbol: frame.symbol.as_ref().map(arc_identity).unwrap_or((0, 0)),
         module: arc_identity(&frame.module),
-        unnamed_offset: if frame.symbol.is_some() { 0 } else { frame.offset },
+        unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset },
     }
 }
 
@@ -123,6 +123,6 @@ fn frame_text(frame: &Frame) -> FrameText {
     FrameText {
         label: names::frame_label(frame).into(),
         module: names::script_module(&frame.module).into(),
-        named: frame.symbol.as_deref().is_some_and(|s| !s.trim().is_empty()),
+        named: names::is_named(frame),
     }
 }

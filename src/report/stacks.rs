@@ -136,7 +136,7 @@ impl<'a> StackNamer<'a> {
         let key = FrameKey {
             symbol: frame.symbol.as_ref().map(arc_identity).unwrap_or((0, 0)),
             module: arc_identity(&frame.module),
-            unnamed_offset: if frame.symbol.is_some() { 0 } else { frame.offset },
+            unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset },
             java_thread,
         };
         if let Some(range) = self.frames.get(&key) {
@@ -167,5 +167,36 @@ impl<'a> StackNamer<'a> {
         self.kinds.push(kind);
         self.ids.insert(name.into(), id);
         id
+    }
+}
+
+/// Picks the samples of one event the way inferno-collapse-perf does: the given event, else the first sample's
+/// (compared up to the first `:` of the printed name).
+pub(crate) struct EventFilter {
+    wanted: Option<String>,
+    seen: FastMap<(usize, usize), bool>,
+}
+
+impl EventFilter {
+    pub(crate) fn new(event: Option<&str>) -> Self {
+        let wanted = event.map(|e| names::event_key(&names::script_event(e)).to_string());
+        EventFilter { wanted, seen: FastMap::default() }
+    }
+
+    pub(crate) fn matches(&mut self, sample: &ResolvedSample) -> bool {
+        let key = arc_identity(&sample.event);
+        if let Some(&m) = self.seen.get(&key) {
+            return m;
+        }
+        let printed = names::script_event(&sample.event);
+        let event = names::event_key(&printed);
+        let m = self.wanted.get_or_insert_with(|| event.to_string()) == event;
+        self.seen.insert(key, m);
+        m
+    }
+
+    /// The event kept, once one sample was seen (or one was given).
+    pub(crate) fn event(self) -> Option<String> {
+        self.wanted
     }
 }

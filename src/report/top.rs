@@ -1,7 +1,8 @@
 //! The "hottest frames by self time" table printed at the end of a run: the leaf frames (as the flame graph names
 //! them) that were on CPU in the most samples.
 
-use super::stacks::StackNamer;
+use super::folded::Folded;
+use super::stacks::{EventFilter, StackNamer};
 use crate::symbolize::ResolvedSample;
 use std::fmt;
 
@@ -24,16 +25,17 @@ pub struct TopFrames {
     pub total_samples: u64,
 }
 
-/// The `n` frames that were the leaf in the most samples, most first (ties by name). Counts samples (of every
-/// event), not periods.
+/// The `n` frames that were the leaf in the most samples, most first (ties by name). Counts samples, not periods,
+/// of the event folded stacks show (the first sample's); percentages are of all samples given.
 pub fn hottest_self<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, n: usize) -> TopFrames {
     let mut namer = StackNamer::new();
+    let mut filter = EventFilter::new(None);
     let mut counts: Vec<u64> = Vec::new();
     let mut stack = Vec::with_capacity(64);
     let mut total = 0u64;
     for sample in samples {
         total += 1;
-        if !namer.stack(sample, &mut stack) {
+        if !filter.matches(sample) || !namer.stack(sample, &mut stack) {
             continue;
         }
         let leaf = *stack.last().expect("a stack with frames") as usize;
@@ -42,14 +44,21 @@ pub fn hottest_self<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, n
         }
         counts[leaf] += 1;
     }
-    let mut rows: Vec<HotFrame> = counts
-        .iter()
-        .enumerate()
-        .filter(|(_, &c)| c > 0)
-        .map(|(id, &c)| HotFrame {
-            name: namer.name(id as u32).to_string(),
-            samples: c,
-            percent: 100.0 * c as f64 / total as f64,
+    let leaves = counts.iter().enumerate().filter(|(_, &c)| c > 0).map(|(id, &c)| (namer.name(id as u32), c));
+    rank(leaves, total, n)
+}
+
+/// The same table from stacks already folded (no second pass over the samples).
+pub fn from_folded(folded: &Folded, n: usize) -> TopFrames {
+    rank(folded.leaf_samples().iter().map(|(name, c)| (name.as_str(), *c)), folded.input_samples(), n)
+}
+
+fn rank<'n>(leaves: impl Iterator<Item = (&'n str, u64)>, total: u64, n: usize) -> TopFrames {
+    let mut rows: Vec<HotFrame> = leaves
+        .map(|(name, samples)| HotFrame {
+            name: name.to_string(),
+            samples,
+            percent: 100.0 * samples as f64 / total as f64,
         })
         .collect();
     rows.sort_by(|a, b| b.samples.cmp(&a.samples).then_with(|| a.name.cmp(&b.name)));
