@@ -24,9 +24,10 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use tar::{EntryType, Header};
 
-/// Packs `entries` (paths relative to `dir`; directories are added with everything in them, in name order) into a
-/// new gzip-compressed tar at `out`. Symlinks are kept only when they point inside the archived tree. Returns the
-/// archived paths.
+/// Packs `entries` (paths relative to `dir`, each of which must exist; directories are added with everything in
+/// them, in name order) into a new gzip-compressed tar at `out` (which must not exist). Symlinks are kept only
+/// when they point inside the archived tree; symlinked folders on the way to an entry are not followed. Returns
+/// the archived paths in archive order.
 pub fn create<P: AsRef<Path>>(dir: &Path, entries: &[P], out: &Path) -> Result<Vec<PathBuf>> {
     let file = create_output(out).with_context(|| format!("creating {}", out.display()))?;
     let mut builder =

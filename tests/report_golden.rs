@@ -170,7 +170,13 @@ fn inferno_agrees_on_randomly_assembled_hostile_names() {
 fn real_inferno_collapse_perf_cli_agrees_when_installed() {
     // The library check above is the real test; this repeats it with the CLI when one is on PATH
     // (`cargo install inferno`), as FlameScope-style pipelines run it.
+    // Set PROFCPU_REQUIRE_INFERNO_CLI=1 (as CI should, after `cargo install inferno --version 0.12.8`, ~30 s) to
+    // make a missing CLI a failure.
     let Ok(output) = std::process::Command::new("inferno-collapse-perf").arg("--help").output() else {
+        assert!(
+            std::env::var_os("PROFCPU_REQUIRE_INFERNO_CLI").is_none(),
+            "inferno-collapse-perf is not on PATH: cargo install inferno --version 0.12.8"
+        );
         eprintln!("note: inferno-collapse-perf not on PATH; the library comparison covers the format");
         return;
     };
