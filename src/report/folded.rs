@@ -1,0 +1,154 @@
+//! Folded stacks (`folded_stacks.out`): one line per distinct stack, `root;frame;…;leaf count`, the thread name as
+//! the root frame, sorted bytewise, as `perf script | inferno-collapse-perf` would produce from our
+//! perf_script.out (see [`super::names`] for the naming rules and [`Weight`] for what the count counts).
+
+use super::stacks::{EventFilter, FastMap, StackNamer};
+use super::Weight;
+use crate::symbolize::{FrameKind, ResolvedSample};
+use std::collections::HashMap;
+use std::io::{self, Write};
+
+/// Options for [`fold`].
+#[derive(Debug, Clone, Default)]
+pub struct FoldOptions {
+    /// Fold only samples of this event (compared up to its first `:`). `None`: the first sample's event, which is
+    /// what inferno-collapse-perf does so that different events never add up in one graph.
+    pub event: Option<String>,
+    /// What a sample adds to its stack's count. Must match the [`super::script::ScriptOptions::weight`] the
+    /// perf_script.out was written with for the two files to agree.
+    pub weight: Weight,
+}
+
+/// The folded stacks of a set of samples.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Folded {
+    /// `(stack, count)`, stack = frame names joined by `;`, root first; sorted by stack, bytewise.
+    stacks: Vec<(String, u64)>,
+    kinds: HashMap<String, FrameKind>,
+    total: u64,
+    samples: u64,
+    /// Every sample given to [`fold`], including those of other events and without a stack.
+    input_samples: u64,
+    /// Samples per leaf frame name (for the top table).
+    leaves: Vec<(String, u64)>,
+    event: Option<String>,
+}
+
+impl Folded {
+    /// The distinct stacks with their counts, sorted.
+    pub fn stacks(&self) -> &[(String, u64)] {
+        &self.stacks
+    }
+
+    /// The sum of all counts.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// How many samples went into the stacks.
+    pub fn samples(&self) -> u64 {
+        self.samples
+    }
+
+    /// Every sample given to [`fold`], folded or not.
+    pub fn input_samples(&self) -> u64 {
+        self.input_samples
+    }
+
+    /// How many folded samples had each frame name as their leaf (unordered).
+    pub fn leaf_samples(&self) -> &[(String, u64)] {
+        &self.leaves
+    }
+
+    /// The event whose samples were folded (up to its first `:`), `None` when there were no samples.
+    pub fn event(&self) -> Option<&str> {
+        self.event.as_deref()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stacks.is_empty()
+    }
+
+    /// The kind of code a frame name stands for; `None` for thread (root) names and unknown names.
+    pub fn kind_of(&self, name: &str) -> Option<FrameKind> {
+        self.kinds.get(name).copied()
+    }
+
+    /// Every frame name with the kind of code it stands for (thread names are not included).
+    pub fn kinds(&self) -> impl Iterator<Item = (&str, FrameKind)> {
+        self.kinds.iter().map(|(name, kind)| (name.as_str(), *kind))
+    }
+
+    /// Writes the folded file: `stack count` lines.
+    pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
+        for (stack, count) in &self.stacks {
+            writeln!(out, "{stack} {count}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Folds samples (any order; the result does not depend on it except for which event is "first").
+pub fn fold<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &FoldOptions) -> Folded {
+    let mut namer = StackNamer::new();
+    let mut counts: FastMap<Box<[u32]>, u64> = FastMap::default();
+    let mut stack = Vec::with_capacity(64);
+    let mut filter = EventFilter::new(opts.event.as_deref());
+    let mut folded_samples = 0u64;
+    let mut input_samples = 0u64;
+    let mut leaf_samples: Vec<u64> = Vec::new();
+
+    for sample in samples {
+        input_samples += 1;
+        if !filter.matches(sample) || !namer.stack(sample, &mut stack) {
+            continue;
+        }
+        let leaf = *stack.last().expect("a stack with frames") as usize;
+        if leaf_samples.len() <= leaf {
+            leaf_samples.resize(leaf + 1, 0);
+        }
+        leaf_samples[leaf] += 1;
+        let weight = match opts.weight {
+            Weight::Period => sample.period,
+            Weight::Samples => 1,
+        };
+        folded_samples += 1;
+        match counts.get_mut(stack.as_slice()) {
+            Some(count) => *count += weight,
+            None => {
+                counts.insert(stack.clone().into_boxed_slice(), weight);
+            }
+        }
+    }
+
+    let mut total = 0u64;
+    let mut used = vec![false; namer.name_count()];
+    let mut stacks: Vec<(String, u64)> = counts
+        .into_iter()
+        .map(|(ids, count)| {
+            total += count;
+            let mut line = String::with_capacity(ids.len() * 24);
+            for (i, &id) in ids.iter().enumerate() {
+                if i > 0 {
+                    line.push(';');
+                }
+                line.push_str(namer.name(id));
+                used[id as usize] = true;
+            }
+            (line, count)
+        })
+        .collect();
+    stacks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+
+    let kinds = (0..namer.name_count() as u32)
+        .filter(|&id| used[id as usize])
+        .filter_map(|id| namer.kind(id).map(|kind| (namer.name(id).to_string(), kind)))
+        .collect();
+    let leaves = leaf_samples
+        .iter()
+        .enumerate()
+        .filter(|(_, &count)| count > 0)
+        .map(|(id, &count)| (namer.name(id as u32).to_string(), count))
+        .collect();
+    Folded { stacks, kinds, total, samples: folded_samples, input_samples, leaves, event: filter.event() }
+}

@@ -1,0 +1,223 @@
+//! `metadata.txt`: what was profiled, where and how, so an archive explains itself and `postprocess` can title
+//! its flame graph. Format: UTF-8 text, one `key: value` per line, `#` starts a comment line; a value is one line
+//! (a newline in it is written `\n`, a backslash `\\`). Keys, in the order written:
+//!
+//! | key | value |
+//! |---|---|
+//! | `host` | host name of the machine that recorded |
+//! | `kernel` | kernel release (`uname -r`) |
+//! | `pid` | host PID of the target (absent for `-all`) |
+//! | `ns_pid` | the target's PID in its own PID namespace (e.g. 1 in a container) |
+//! | `comm` | the target's command name |
+//! | `command_line` | the target's command line, arguments shell-quoted where needed |
+//! | `start_time` | when sampling started, RFC 3339 with offset |
+//! | `duration_secs` | seconds sampled |
+//! | `frequency_hz` | samples per second per CPU asked for |
+//! | `event` | the sampling event (`cpu-clock`) |
+//! | `samples` | samples recorded |
+//! | `lost` | samples the kernel dropped |
+//! | `profcpu_version` | version of profcpu that recorded |
+//!
+//! Absent values are left out. Unknown keys are kept (in [`Metadata::extra`]) and written back.
+
+use anyhow::{bail, Context, Result};
+use chrono::{DateTime, FixedOffset};
+use std::fmt;
+use std::path::Path;
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Metadata {
+    pub host: String,
+    pub kernel: String,
+    pub pid: Option<u32>,
+    pub ns_pid: Option<u32>,
+    pub comm: String,
+    pub command_line: String,
+    pub start_time: Option<DateTime<FixedOffset>>,
+    pub duration_secs: Option<f64>,
+    pub frequency_hz: Option<u64>,
+    pub event: String,
+    pub samples: u64,
+    pub lost: u64,
+    pub profcpu_version: String,
+    /// Keys this version does not know, in file order.
+    pub extra: Vec<(String, String)>,
+}
+
+impl Metadata {
+    /// Host name, kernel release and profcpu version of this machine and build; the rest empty.
+    pub fn for_this_host() -> Self {
+        let (host, kernel) = match nix::sys::utsname::uname() {
+            Ok(u) => (u.nodename().to_string_lossy().into_owned(), u.release().to_string_lossy().into_owned()),
+            Err(_) => (String::new(), String::new()),
+        };
+        Metadata { host, kernel, profcpu_version: env!("CARGO_PKG_VERSION").to_string(), ..Metadata::default() }
+    }
+
+    /// Parses a metadata file's text. `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Self> {
+        let mut meta = Metadata::default();
+        for (index, line) in text.lines().enumerate() {
+            let line_no = index + 1;
+            let line = line.trim_end_matches('\r');
+            if line.trim().is_empty() || line.trim_start().starts_with('#') {
+                continue;
+            }
+            let Some((key, value)) = line.split_once(':') else {
+                bail!("{origin} line {line_no}: expected `key: value`, got {line:?}");
+            };
+            let key = key.trim();
+            let value = unescape(value.strip_prefix(' ').unwrap_or(value));
+            let number = |what: &str| -> Result<u64> {
+                value.trim().parse::<u64>().with_context(|| {
+                    format!("{origin} line {line_no}: {key} must be a whole number ({what}), got {value:?}")
+                })
+            };
+            match key {
+                "host" => meta.host = value,
+                "kernel" => meta.kernel = value,
+                "pid" => meta.pid = Some(number("a PID")?.try_into().context("PID out of range")?),
+                "ns_pid" => meta.ns_pid = Some(number("a PID")?.try_into().context("PID out of range")?),
+                "comm" => meta.comm = value,
+                "command_line" => meta.command_line = value,
+                "start_time" => {
+                    meta.start_time = Some(DateTime::parse_from_rfc3339(value.trim()).with_context(|| {
+                        format!("{origin} line {line_no}: start_time must be RFC 3339 (2026-11-22T14:03:22+01:00), got {value:?}")
+                    })?)
+                }
+                "duration_secs" => {
+                    let secs = value.trim().parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0);
+                    meta.duration_secs = Some(secs.with_context(|| {
+                        format!("{origin} line {line_no}: duration_secs must be a number of seconds, got {value:?}")
+                    })?)
+                }
+                "frequency_hz" => meta.frequency_hz = Some(number("samples per second")?),
+                "event" => meta.event = value,
+                "samples" => meta.samples = number("a count")?,
+                "lost" => meta.lost = number("a count")?,
+                "profcpu_version" => meta.profcpu_version = value,
+                _ => meta.extra.push((key.to_string(), value)),
+            }
+        }
+        Ok(meta)
+    }
+
+    /// Reads and parses a metadata file.
+    pub fn read(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Joins a command line for `command_line`, quoting arguments the way a POSIX shell would need them.
+    pub fn quote_command_line<S: AsRef<str>>(args: &[S]) -> String {
+        let quoted: Vec<String> = args
+            .iter()
+            .map(|arg| {
+                let arg = arg.as_ref();
+                let plain = !arg.is_empty() && arg.chars().all(|c| c.is_alphanumeric() || "-_./=:,+@%".contains(c));
+                if plain {
+                    arg.to_string()
+                } else {
+                    format!("'{}'", arg.replace('\'', r"'\''"))
+                }
+            })
+            .collect();
+        quoted.join(" ")
+    }
+}
+
+impl fmt::Display for Metadata {
+    /// The file's text.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "# profcpu profile metadata: one `key: value` per line")?;
+        let mut line = |key: &str, value: &str| writeln!(f, "{key}: {}", escape(value));
+        line("host", &self.host)?;
+        line("kernel", &self.kernel)?;
+        if let Some(pid) = self.pid {
+            line("pid", &pid.to_string())?;
+        }
+        if let Some(ns_pid) = self.ns_pid {
+            line("ns_pid", &ns_pid.to_string())?;
+        }
+        line("comm", &self.comm)?;
+        line("command_line", &self.command_line)?;
+        if let Some(start) = self.start_time {
+            line("start_time", &start.to_rfc3339())?;
+        }
+        if let Some(duration) = self.duration_secs {
+            line("duration_secs", &format!("{duration:.3}"))?;
+        }
+        if let Some(freq) = self.frequency_hz {
+            line("frequency_hz", &freq.to_string())?;
+        }
+        line("event", &self.event)?;
+        line("samples", &self.samples.to_string())?;
+        line("lost", &self.lost.to_string())?;
+        line("profcpu_version", &self.profcpu_version)?;
+        for (key, value) in &self.extra {
+            line(key, value)?;
+        }
+        Ok(())
+    }
+}
+
+fn escape(value: &str) -> String {
+    value.replace('\\', r"\\").replace('\n', r"\n").replace('\r', r"\r")
+}
+
+fn unescape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut chars = value.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some(other) => out.push(other),
+            None => out.push('\\'),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_with_awkward_values() {
+        let meta = Metadata {
+            host: "box".into(),
+            kernel: "6.18.0".into(),
+            pid: Some(4242),
+            ns_pid: Some(1),
+            comm: "dotnet".into(),
+            command_line: Metadata::quote_command_line(&["dotnet", "App.dll", "--name", "it's a\nline"]),
+            start_time: Some(DateTime::parse_from_rfc3339("2026-11-22T14:03:22.5+01:00").unwrap()),
+            duration_secs: Some(10.25),
+            frequency_hz: Some(99),
+            event: "cpu-clock".into(),
+            samples: 2030,
+            lost: 3,
+            profcpu_version: "0.1.0".into(),
+            extra: vec![("future_key".into(), "a: b \\ c".into())],
+        };
+        let text = meta.to_string();
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 14, "{text}");
+        assert_eq!(Metadata::parse(&text, "metadata.txt").unwrap(), meta);
+        assert_eq!(meta.command_line, "dotnet App.dll --name 'it'\\''s a\nline'");
+    }
+
+    #[test]
+    fn bad_lines_name_the_line_and_key() {
+        let err = Metadata::parse("host: a\npid: twelve\n", "metadata.txt").unwrap_err().to_string();
+        assert!(err.contains("metadata.txt line 2: pid must be a whole number"), "{err}");
+        let err = Metadata::parse("no colon here\n", "m").unwrap_err().to_string();
+        assert!(err.contains("m line 1: expected `key: value`"), "{err}");
+        let meta = Metadata::parse("# comment\n\nsamples: 5\n", "m").unwrap();
+        assert_eq!((meta.samples, meta.pid), (5, None));
+    }
+}

@@ -1,0 +1,202 @@
+//! Turns samples into stacks of interned folded-name ids (root first), the shared core of folding and the top
+//! table. A profile repeats the same few thousand frames hundreds of thousands of times, so each distinct frame is
+//! named once (keyed by the identity of its `Arc<str>` symbol and module, which the symbolizer shares between
+//! frames) and every later occurrence costs one hash lookup.
+
+use super::names;
+use crate::symbolize::{Frame, FrameKind, ResolvedSample};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A multiply-rotate hasher for small keys made of integers (pointers, ids). Not DoS-resistant, which is fine for
+/// keys that come from our own data structures.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct FastHasher(u64);
+
+impl Hasher for FastHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.write_u64(n as u64)
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64)
+    }
+}
+
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+
+/// Identity of an `Arc<str>`: its address and length. Only valid while the `Arc` lives, which the `'a` of
+/// [`StackNamer`] guarantees.
+pub(crate) fn arc_identity(s: &Arc<str>) -> (usize, usize) {
+    (Arc::as_ptr(s) as *const u8 as usize, s.len())
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct FrameKey {
+    symbol: (usize, usize),
+    module: (usize, usize),
+    /// Only part of the name for frames without a symbol.
+    unnamed_offset: u64,
+    java_thread: bool,
+}
+
+#[derive(Clone, Copy)]
+struct Root {
+    id: u32,
+    java_thread: bool,
+}
+
+/// Names samples' stacks; `'a` ties it to the samples it has seen so the identity keys stay valid.
+pub(crate) struct StackNamer<'a> {
+    ids: FastMap<Box<str>, u32>,
+    names: Vec<Box<str>>,
+    /// The kind of the frame that first produced each name; `None` for thread (root) names.
+    kinds: Vec<Option<FrameKind>>,
+    frames: FastMap<FrameKey, (u32, u32)>,
+    frame_ids: Vec<u32>,
+    roots: FastMap<(usize, usize), Root>,
+    scratch: Vec<String>,
+    _samples: PhantomData<&'a ResolvedSample>,
+}
+
+impl<'a> StackNamer<'a> {
+    pub(crate) fn new() -> Self {
+        StackNamer {
+            ids: FastMap::default(),
+            names: Vec::new(),
+            kinds: Vec::new(),
+            frames: FastMap::default(),
+            frame_ids: Vec::new(),
+            roots: FastMap::default(),
+            scratch: Vec::new(),
+            _samples: PhantomData,
+        }
+    }
+
+    pub(crate) fn name(&self, id: u32) -> &str {
+        &self.names[id as usize]
+    }
+
+    pub(crate) fn kind(&self, id: u32) -> Option<FrameKind> {
+        self.kinds[id as usize]
+    }
+
+    pub(crate) fn name_count(&self) -> usize {
+        self.names.len()
+    }
+
+    /// Fills `stack` with the sample's folded stack, root (thread name) first. Returns false when no frame is
+    /// left (an empty callchain, or only frames stackcollapse-perf drops): such a sample has no folded line.
+    pub(crate) fn stack(&mut self, sample: &'a ResolvedSample, stack: &mut Vec<u32>) -> bool {
+        stack.clear();
+        let root = self.root(sample);
+        stack.push(root.id);
+        for frame in sample.frames.iter().rev() {
+            let (start, len) = self.frame(frame, root.java_thread);
+            stack.extend_from_slice(&self.frame_ids[start as usize..(start + len) as usize]);
+        }
+        stack.len() > 1
+    }
+
+    fn root(&mut self, sample: &'a ResolvedSample) -> Root {
+        if sample.comm.trim().is_empty() {
+            // Spelled after the tid, so not cacheable by the (shared) empty name.
+            return self.make_root(&sample.comm, sample.tid);
+        }
+        let key = arc_identity(&sample.comm);
+        if let Some(root) = self.roots.get(&key) {
+            return *root;
+        }
+        let root = self.make_root(&sample.comm, sample.tid);
+        self.roots.insert(key, root);
+        root
+    }
+
+    fn make_root(&mut self, comm: &str, tid: u32) -> Root {
+        let root = names::folded_root(&names::script_comm(comm, tid));
+        let java_thread = names::is_java_thread(&root);
+        Root { id: self.intern(&root, None), java_thread }
+    }
+
+    fn frame(&mut self, frame: &'a Frame, java_thread: bool) -> (u32, u32) {
+        let key = FrameKey {
+            symbol: frame.symbol.as_ref().map(arc_identity).unwrap_or((0, 0)),
+            module: arc_identity(&frame.module),
+            unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset },
+            java_thread,
+        };
+        if let Some(range) = self.frames.get(&key) {
+            return *range;
+        }
+        let label = names::frame_label(frame);
+        let module = names::script_module(&frame.module);
+        let mut pieces = std::mem::take(&mut self.scratch);
+        pieces.clear();
+        names::push_folded_names(&label, &module, java_thread, &mut pieces);
+        let start = self.frame_ids.len() as u32;
+        for piece in &pieces {
+            let id = self.intern(piece, Some(frame.kind));
+            self.frame_ids.push(id);
+        }
+        self.scratch = pieces;
+        let range = (start, self.frame_ids.len() as u32 - start);
+        self.frames.insert(key, range);
+        range
+    }
+
+    fn intern(&mut self, name: &str, kind: Option<FrameKind>) -> u32 {
+        if let Some(&id) = self.ids.get(name) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        self.names.push(name.into());
+        self.kinds.push(kind);
+        self.ids.insert(name.into(), id);
+        id
+    }
+}
+
+/// Picks the samples of one event the way inferno-collapse-perf does: the given event, else the first sample's
+/// (compared up to the first `:` of the printed name).
+pub(crate) struct EventFilter {
+    wanted: Option<String>,
+    seen: FastMap<(usize, usize), bool>,
+}
+
+impl EventFilter {
+    pub(crate) fn new(event: Option<&str>) -> Self {
+        let wanted = event.map(|e| names::event_key(&names::script_event(e)).to_string());
+        EventFilter { wanted, seen: FastMap::default() }
+    }
+
+    pub(crate) fn matches(&mut self, sample: &ResolvedSample) -> bool {
+        let key = arc_identity(&sample.event);
+        if let Some(&m) = self.seen.get(&key) {
+            return m;
+        }
+        let printed = names::script_event(&sample.event);
+        let event = names::event_key(&printed);
+        let m = self.wanted.get_or_insert_with(|| event.to_string()) == event;
+        self.seen.insert(key, m);
+        m
+    }
+
+    /// The event kept, once one sample was seen (or one was given).
+    pub(crate) fn event(self) -> Option<String> {
+        self.wanted
+    }
+}

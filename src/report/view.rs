@@ -1,0 +1,103 @@
+//! Which samples and frames the outputs show: `-pid`/`-tid` filters, `-no-kernel`, `-strip-tiers`, and the
+//! per-thread grouping of `-per-thread`.
+
+use super::stacks::{arc_identity, FastMap};
+use crate::symbolize::{FrameKind, ResolvedSample};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// A selection of samples and frames. The default shows everything unchanged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct View {
+    /// Keep only samples of this process (as recorded).
+    pub pid: Option<u32>,
+    /// Keep only samples of this thread.
+    pub tid: Option<u32>,
+    /// Drop kernel frames; a sample left without frames (it ran only in the kernel) is dropped too.
+    pub no_kernel: bool,
+    /// Drop a trailing JIT tier tag such as `[OptimizedTier1]` from symbols (see [`strip_tier`]), so the tiers of
+    /// one method merge in perf_script.out and the top table. (Folded names already lose it when the name has an
+    /// argument list, as stackcollapse-perf cuts everything from the `(`.)
+    pub strip_tiers: bool,
+}
+
+impl View {
+    /// True when the view changes nothing.
+    pub fn is_identity(&self) -> bool {
+        *self == View::default()
+    }
+
+    /// Whether a sample passes the pid/tid filters.
+    pub fn selects(&self, sample: &ResolvedSample) -> bool {
+        self.pid.map_or(true, |pid| sample.pid == pid) && self.tid.map_or(true, |tid| sample.tid == tid)
+    }
+
+    /// The samples as this view shows them; borrows the input when the view changes nothing.
+    pub fn apply<'a>(&self, samples: &'a [ResolvedSample]) -> Cow<'a, [ResolvedSample]> {
+        if self.is_identity() {
+            return Cow::Borrowed(samples);
+        }
+        let mut stripped: FastMap<(usize, usize), Option<Arc<str>>> = FastMap::default();
+        let mut out = Vec::with_capacity(samples.len());
+        for sample in samples.iter().filter(|s| self.selects(s)) {
+            let mut sample = sample.clone();
+            if self.no_kernel {
+                sample.frames.retain(|f| f.kind != FrameKind::Kernel);
+                if sample.frames.is_empty() {
+                    continue;
+                }
+            }
+            if self.strip_tiers {
+                for frame in &mut sample.frames {
+                    let Some(symbol) = &frame.symbol else { continue };
+                    let replacement = stripped.entry(arc_identity(symbol)).or_insert_with(|| {
+                        let bare = strip_tier(symbol);
+                        (bare.len() != symbol.len()).then(|| Arc::from(bare))
+                    });
+                    if let Some(bare) = replacement {
+                        frame.symbol = Some(bare.clone());
+                    }
+                }
+            }
+            out.push(sample);
+        }
+        Cow::Owned(out)
+    }
+}
+
+/// Tier tags the .NET runtime appends to perf-map names (`PerfMapShowOptimizationTiers`, on by default).
+const TIERS: [&str; 8] = [
+    "QuickJitted",
+    "Optimized",
+    "OptimizedTier1",
+    "OptimizedTier1OSR",
+    "MinOptJitted",
+    "ReadyToRun",
+    "PreJIT",
+    "Unknown",
+];
+
+/// The name without a trailing `[Tier]` tag (`…::Fib(int32)[OptimizedTier1]` → `…::Fib(int32)`). Only one
+/// trailing group of a known tier is removed (any `Instrumented…` tier counts); other brackets stay.
+pub fn strip_tier(name: &str) -> &str {
+    let Some(inner) = name.strip_suffix(']') else { return name };
+    let Some(open) = inner.rfind('[') else { return name };
+    let tier = &inner[open + 1..];
+    let instrumented = tier.starts_with("Instrumented") && tier.bytes().all(|b| b.is_ascii_alphanumeric());
+    let known = TIERS.contains(&tier) || instrumented;
+    if known && open > 0 {
+        &name[..open]
+    } else {
+        name
+    }
+}
+
+/// Samples grouped by thread id, ascending (for `-per-thread`: `folded_stacks.<tid>.out`, `flamegraph.<tid>.svg`).
+pub fn group_by_tid(samples: &[ResolvedSample]) -> BTreeMap<u32, Vec<&ResolvedSample>> {
+    let mut groups: BTreeMap<u32, Vec<&ResolvedSample>> = BTreeMap::new();
+    for sample in samples {
+        groups.entry(sample.tid).or_default().push(sample);
+    }
+    groups
+}
