@@ -1,11 +1,12 @@
 //! A CPU-bound test target with functions whose names and addresses are known, for profcpu's tests and by-hand runs.
 //!
 //! ```text
-//! busy [--seconds S] [--work spin|syscalls] [--late-thread-ms M]
+//! busy [--seconds S] [--work spin|syscalls] [--late-thread-ms M] [--churn-ms C]
 //! ```
 //! Spins (or reads /dev/zero, which keeps the CPU in the kernel) on the main thread in `busy_main_loop` /
 //! `busy_syscall_loop` for S seconds (default 10) and exits; with `--late-thread-ms`, a thread created M ms after the
-//! start spins in `busy_late_thread_loop` until the end. The first line on stdout says where everything is:
+//! start spins in `busy_late_thread_loop` until the end; with `--churn-ms`, a new short-lived thread (spinning about
+//! 10 ms) is created every C ms, so threads appear while a profiler attaches. The first line on stdout says where everything is:
 //! `busy pid=… main=0x… late=0x… syscalls=0x…` (runtime addresses, so a test can match sampled IPs).
 
 use std::hint::black_box;
@@ -59,14 +60,27 @@ pub extern "C" fn busy_syscall_loop() -> u64 {
     total
 }
 
+/// Spins for about `ms` milliseconds (checking the clock only between chunks of work).
+#[no_mangle]
+#[inline(never)]
+pub extern "C" fn busy_short_thread(ms: u64) -> u64 {
+    let end = std::time::Instant::now() + Duration::from_millis(ms);
+    let mut x = 3;
+    while std::time::Instant::now() < end && !STOP.load(Ordering::Relaxed) {
+        x = black_box(churn(x));
+    }
+    x
+}
+
 struct Options {
     seconds: f64,
     syscalls: bool,
     late_thread_ms: Option<u64>,
+    churn_ms: Option<u64>,
 }
 
 fn parse_args() -> Result<Options, String> {
-    let mut opts = Options { seconds: 10.0, syscalls: false, late_thread_ms: None };
+    let mut opts = Options { seconds: 10.0, syscalls: false, late_thread_ms: None, churn_ms: None };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
         let mut value = |name: &str| args.next().ok_or(format!("{name} needs a value"));
@@ -83,6 +97,7 @@ fn parse_args() -> Result<Options, String> {
                 opts.late_thread_ms =
                     Some(value("--late-thread-ms")?.parse().map_err(|e| format!("--late-thread-ms: {e}"))?)
             }
+            "--churn-ms" => opts.churn_ms = Some(value("--churn-ms")?.parse().map_err(|e| format!("--churn-ms: {e}"))?),
             other => return Err(format!("unknown argument {other}")),
         }
     }
@@ -127,6 +142,14 @@ fn main() {
                 .unwrap_or(0)
         })
     });
+    if let Some(every) = opts.churn_ms {
+        std::thread::spawn(move || {
+            while !STOP.load(Ordering::Relaxed) {
+                std::thread::spawn(|| busy_short_thread(10));
+                std::thread::sleep(Duration::from_millis(every.max(1)));
+            }
+        });
+    }
     let result = if opts.syscalls { busy_syscall_loop() } else { busy_main_loop() };
     if let Some(late) = late {
         black_box(late.join().unwrap_or(0));

@@ -209,3 +209,33 @@ fn a_one_page_ring_wraps_constantly_and_every_loss_is_counted() {
     // Every sample decodes with a callchain that starts with a context marker: nothing was cut at the wrap.
     assert!(rec.samples().all(|s| s.callchain.first().is_some_and(|&m| m >= PERF_CONTEXT_MAX)));
 }
+
+#[test]
+fn threads_appearing_while_attaching_are_sampled_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // A new short-lived spinning thread every 3 ms: threads are created while profcpu lists and opens them, which
+    // exercises re-listing and the inherited-event bookkeeping.
+    let busy = Busy::start(&["--seconds", "30", "--churn-ms", "3"]);
+    let out = temp_dir("engine-churn");
+    let c = collect(&[
+        "-pid",
+        &busy.info.pid.to_string(),
+        "-duration",
+        "1.5",
+        "-freq",
+        "997",
+        "-output",
+        out.to_str().unwrap(),
+    ]);
+    let rec = Recording::read(&c.perf_data());
+    // A thread with two live events on one CPU (its own and an inherited one) would be sampled twice, with two ids.
+    let mut ids_per_thread_cpu = std::collections::HashMap::<(u32, u32), HashSet<u64>>::new();
+    for s in rec.samples() {
+        assert_eq!(s.pid, busy.info.pid);
+        ids_per_thread_cpu.entry((s.tid, s.cpu)).or_default().insert(s.id.unwrap());
+    }
+    let doubled: Vec<_> = ids_per_thread_cpu.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(doubled.is_empty(), "threads sampled through two events: {doubled:?}");
+    let threads: HashSet<u32> = rec.samples().map(|s| s.tid).collect();
+    assert!(threads.len() >= 20, "only {} threads sampled", threads.len());
+}

@@ -10,7 +10,7 @@ use super::stop::StopSignals;
 use super::target::{self, ExitWatch, LaunchedCommand};
 use super::{metadata, synthesize};
 use super::{EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
-use crate::perf_data::records::PERF_RECORD_SAMPLE;
+use crate::perf_data::records::{PERF_RECORD_FORK, PERF_RECORD_SAMPLE};
 use crate::perf_data::{Attr, EventDesc, PerfDataWriter, Record, SampleFormat};
 use anyhow::{bail, Context, Result};
 use perf_event_open_sys::bindings::perf_event_attr;
@@ -55,17 +55,21 @@ struct Session<'o> {
     samples: u64,
     lost_per_cpu: Vec<u64>,
     dsos: DsoTracker,
-    /// Threads the kernel reported created (FORK): they carry an inherited event already.
-    forked: HashSet<u32>,
+    /// While the target's threads are being listed: threads the kernel reported created (FORK), which carry an
+    /// inherited event already. `None` once set-up is over, so a long recording does not collect every thread id.
+    forked: Option<HashSet<u32>>,
     /// Threads found by re-listing /proc after the first events were open, and their own events.
     rescanned: HashMap<u32, Vec<usize>>,
     /// Ids of events closed because the thread turned out to have an inherited event too; their samples are
     /// duplicates.
     dropped_ids: HashSet<u64>,
-    scratch: Vec<u8>,
+    /// One copy-out buffer per ring, reused across passes.
+    scratch: Vec<Vec<u8>>,
     notices: Vec<String>,
     /// When the first enabled event was opened: samples (and the duration) count from here.
     sampling_since: Option<Instant>,
+    /// The kernel text mapping, read before any event is open (reading /proc/kallsyms takes a while).
+    kernel_text: Option<Record>,
     observer: &'o mut dyn RecordObserver,
 }
 
@@ -109,12 +113,13 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         samples: 0,
         lost_per_cpu: vec![0; max_cpu + 1],
         dsos: DsoTracker::default(),
-        forked: HashSet::new(),
+        forked: None,
         rescanned: HashMap::new(),
         dropped_ids: HashSet::new(),
         scratch: Vec::new(),
         notices: Vec::new(),
         sampling_since: None,
+        kernel_text: synthesize::kernel_text(),
         observer,
     };
     // Installed before anything is opened so a Ctrl+C during set-up still ends in a finished file.
@@ -245,29 +250,42 @@ impl Session<'_> {
         for record in synthesize::process(pid) {
             self.write_synthesized(&record)?;
         }
+        let initial_count = initial.len();
         let mut opened: HashSet<u32> = initial.into_iter().collect();
         opened.insert(pid);
+        self.forked = Some(HashSet::new());
         // A thread created between the listing and the opening of its creator's events has no event: list again
         // until the list is stable. Threads the kernel reported through FORK already inherited one.
+        let (mut rescans, mut opened_late, mut inherited) = (0, 0, 0);
         for _ in 0..MAX_THREAD_RESCANS {
             self.drain()?;
+            rescans += 1;
             let Ok(now) = target::thread_ids(pid) else { break };
-            let missing: Vec<u32> =
-                now.into_iter().filter(|t| !opened.contains(t) && !self.forked.contains(t)).collect();
+            let forked = self.forked.as_ref().expect("set above");
+            let new: Vec<u32> = now.into_iter().filter(|t| !opened.contains(t)).collect();
+            let missing: Vec<u32> = new.iter().copied().filter(|t| !forked.contains(t)).collect();
+            inherited += new.len() - missing.len();
+            opened.extend(new.iter().filter(|t| forked.contains(t)));
             if missing.is_empty() {
                 break;
             }
             for tid in missing {
                 opened.insert(tid);
                 if self.open_task(tid, true)? {
+                    opened_late += 1;
                     for record in synthesize::thread(pid, tid) {
                         self.write_synthesized(&record)?;
                     }
                 }
             }
         }
+        self.forked = None;
         self.writer().finished_round()?;
-        tracing::debug!("sampling {} threads of PID {pid} on {} CPUs", opened.len(), self.cpus.len());
+        tracing::debug!(
+            "PID {pid}: {initial_count} threads listed, {rescans} re-listings found {opened_late} more without an \
+             event and {inherited} that inherited one; {} CPUs",
+            self.cpus.len()
+        );
         Ok(())
     }
 
@@ -412,7 +430,7 @@ impl Session<'_> {
     }
 
     fn write_kernel_text(&mut self) -> Result<()> {
-        match synthesize::kernel_text() {
+        match self.kernel_text.take() {
             Some(record) => self.write_synthesized(&record),
             None if !self.spec.kernel => Ok(()),
             None => {
@@ -460,22 +478,43 @@ impl Session<'_> {
     }
 
     /// Copies every buffer's pending records into the perf.data. Returns the number of bytes read.
+    ///
+    /// All buffers are copied out before any record is written: a FORK saying a re-listed thread inherited an event
+    /// is in the kernel's buffers before that thread's own events can have sampled it, so seeing all FORKs first
+    /// lets `on_fork` drop every duplicate sample, whichever CPU's buffer holds what.
     fn drain(&mut self) -> Result<usize> {
-        let mut total = 0;
         let mut scratch = std::mem::take(&mut self.scratch);
-        for i in 0..self.buffers.len() {
-            let Some(buffer) = self.buffers[i].as_mut() else { continue };
-            let cpu = buffer.cpu;
-            scratch.clear();
-            let n = buffer.ring.read_into(&mut scratch);
-            total += n;
+        scratch.resize_with(self.buffers.len(), Vec::new);
+        let mut total = 0;
+        for (buffer, bytes) in self.buffers.iter_mut().zip(scratch.iter_mut()) {
+            bytes.clear();
+            if let Some(buffer) = buffer {
+                total += buffer.ring.read_into(bytes);
+            }
+        }
+        if !self.rescanned.is_empty() || self.forked.is_some() {
+            for bytes in &scratch {
+                for record in ring::records(bytes) {
+                    if u32::from_ne_bytes(record[..4].try_into().expect("8-byte header")) == PERF_RECORD_FORK {
+                        if let Ok(Record::Fork(t)) = Record::decode(record, &self.format) {
+                            self.on_fork(t.tid);
+                        }
+                    }
+                }
+            }
+        }
+        for (i, bytes) in scratch.iter().enumerate() {
+            let Some(cpu) = self.buffers[i].as_ref().map(|b| b.cpu) else { continue };
             let mut consumed = 0;
-            for record in ring::records(&scratch) {
+            for record in ring::records(bytes) {
                 consumed += record.len();
                 self.consume(record, cpu)?;
             }
-            if consumed != n {
-                tracing::warn!("CPU {cpu}: {} bytes at the end of the ring buffer did not form a record", n - consumed);
+            if consumed != bytes.len() {
+                tracing::warn!(
+                    "CPU {cpu}: {} bytes at the end of the ring buffer do not form a record",
+                    bytes.len() - consumed
+                );
             }
         }
         self.scratch = scratch;
@@ -501,7 +540,6 @@ impl Session<'_> {
                 match &record {
                     Record::Lost(l) => self.lost_per_cpu[cpu as usize] += l.lost,
                     Record::LostSamples { lost, .. } => self.lost_per_cpu[cpu as usize] += lost,
-                    Record::Fork(t) => self.on_fork(t.tid),
                     _ => {}
                 }
                 self.dsos.on_record(&record);
@@ -515,7 +553,9 @@ impl Session<'_> {
     /// A FORK means the new thread inherited an event. If a re-listing got there first and opened events of its
     /// own for it, those would double its samples: close them and drop what they wrote.
     fn on_fork(&mut self, tid: u32) {
-        self.forked.insert(tid);
+        if let Some(forked) = self.forked.as_mut() {
+            forked.insert(tid);
+        }
         if let Some(indices) = self.rescanned.remove(&tid) {
             for i in indices {
                 let ev = &mut self.others[i];

@@ -137,26 +137,31 @@ pub fn all_pids() -> io::Result<Vec<u32>> {
 /// The kernel text mapping as perf synthesizes it: `[kernel.kallsyms]_text` from `_text` to `_etext`, pid -1, pgoff
 /// = the address of `_text` (perf's relocation reference). `None` when /proc/kallsyms hides addresses.
 pub fn kernel_text() -> Option<Record> {
-    let kallsyms = std::fs::read_to_string("/proc/kallsyms").ok()?;
-    kernel_text_from_kallsyms(&kallsyms)
+    let file = std::fs::File::open("/proc/kallsyms").ok()?;
+    kernel_text_from_kallsyms(std::io::BufReader::new(file))
 }
 
-fn kernel_text_from_kallsyms(kallsyms: &str) -> Option<Record> {
+/// Scans `address type name [module]` lines for `_text` (or `_stext`) and `_etext`, stopping at `_etext`: the file
+/// has over 100,000 lines and this runs before sampling starts.
+fn kernel_text_from_kallsyms(mut kallsyms: impl std::io::BufRead) -> Option<Record> {
     let mut text = None;
     let mut etext = None;
-    for line in kallsyms.lines() {
-        let mut f = line.split_whitespace();
-        let (Some(addr), Some(_kind), Some(name)) = (f.next(), f.next(), f.next()) else { continue };
-        let slot = match name {
-            "_text" => &mut text,
-            "_stext" if text.is_none() => &mut text,
-            "_etext" => &mut etext,
-            _ => continue,
-        };
-        *slot = u64::from_str_radix(addr, 16).ok();
-        if name == "_etext" && text.is_some() {
+    let mut line = Vec::new();
+    while etext.is_none() {
+        line.clear();
+        if kallsyms.read_until(b'\n', &mut line).ok()? == 0 {
             break;
         }
+        let trimmed = line.strip_suffix(b"\n").unwrap_or(&line);
+        let name = trimmed.rsplit(|&b| b == b' ').next().unwrap_or_default();
+        let slot = match name {
+            b"_text" => &mut text,
+            b"_stext" if text.is_none() => &mut text,
+            b"_etext" => &mut etext,
+            _ => continue,
+        };
+        let addr = trimmed.split(|&b| b == b' ').next().unwrap_or_default();
+        *slot = std::str::from_utf8(addr).ok().and_then(|a| u64::from_str_radix(a, 16).ok());
     }
     let start = text.filter(|&a| a != 0)?;
     let end = etext.filter(|&e| e > start).unwrap_or(u64::MAX);
@@ -215,10 +220,14 @@ mod tests {
     fn kernel_text_spans_text_to_etext() {
         let ks =
             "ffffffff81000000 T _stext\nffffffff81000000 T _text\nffffffff81000010 t foo\nffffffff82208d88 T _etext\n";
-        let Some(Record::Mmap(m)) = kernel_text_from_kallsyms(ks) else { panic!() };
+        let Some(Record::Mmap(m)) = kernel_text_from_kallsyms(ks.as_bytes()) else { panic!() };
         assert_eq!((m.addr, m.len, m.pgoff, m.pid), (0xffffffff81000000, 0x1208d88, 0xffffffff81000000, u32::MAX));
         assert_eq!(m.filename, "[kernel.kallsyms]_text");
-        assert!(kernel_text_from_kallsyms("0000000000000000 T _text\n").is_none());
+        assert!(kernel_text_from_kallsyms("0000000000000000 T _text\n".as_bytes()).is_none());
+        // A module symbol named like the kernel's is not the kernel's (the module column follows the name).
+        let modules = "ffffffff81000000 T _text\nffffffffc0000000 t _etext\t[some_mod]\nffffffff82000000 T _etext\n";
+        let Some(Record::Mmap(m)) = kernel_text_from_kallsyms(modules.as_bytes()) else { panic!() };
+        assert_eq!(m.len, 0x1000000);
     }
 
     #[test]
