@@ -19,7 +19,7 @@ pub fn busy_binary() -> &'static Path {
     BUSY.get_or_init(|| {
         let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
         let source = manifest.join("examples/busy.rs");
-        let out_dir = manifest.join("target/test-helpers");
+        let out_dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("test-helpers");
         std::fs::create_dir_all(&out_dir).unwrap();
         let out = out_dir.join("busy");
         let fresh = |o: &Path| {
