@@ -162,18 +162,20 @@ fn parse_pages(s: &str) -> Result<usize, String> {
 /// values (`-5`) and unknown words are left alone so clap reports them.
 pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let mut long_names = Vec::new();
-    fn walk(cmd: &clap::Command, names: &mut Vec<String>) {
+    let mut short_names = vec!['h', 'V'];
+    fn walk(cmd: &clap::Command, names: &mut Vec<String>, shorts: &mut Vec<char>) {
         for a in cmd.get_arguments() {
             if let Some(l) = a.get_long() {
                 names.push(l.to_string());
             }
+            shorts.extend(a.get_short());
         }
         names.extend(["help", "version"].map(String::from));
         for sub in cmd.get_subcommands() {
-            walk(sub, names);
+            walk(sub, names, shorts);
         }
     }
-    walk(&Cli::command(), &mut long_names);
+    walk(&Cli::command(), &mut long_names, &mut short_names);
 
     let mut out = Vec::new();
     let mut passthrough = false;
@@ -191,6 +193,13 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
         } else if s.len() > 2 && s.starts_with('-') && !s.starts_with("--") {
             let name = s[1..].split('=').next().unwrap_or("");
             if long_names.iter().any(|l| l == name) {
+                out.push(OsString::from(format!("-{s}")));
+                continue;
+            }
+            // An unknown word that is not a cluster of short flags (`-vv`): pass it as `--word` so clap's error
+            // names the whole word instead of its first letter.
+            let is_short_cluster = name.chars().all(|c| short_names.contains(&c));
+            if !is_short_cluster && name.starts_with(|c: char| c.is_ascii_alphabetic()) {
                 out.push(OsString::from(format!("-{s}")));
                 continue;
             }
@@ -245,6 +254,8 @@ mod tests {
         for bad in [["-duration", "0"], ["-duration", "-5"], ["-duration", "abc"], ["-pid", "0"], ["-pid", "x"]] {
             assert!(parse_strs(&["profcpu", "collect", bad[0], bad[1]]).is_err(), "{bad:?} accepted");
         }
-        assert!(parse_strs(&["profcpu", "collect", "-nosuchflag"]).is_err());
+        let err = parse_strs(&["profcpu", "collect", "-nosuchflag"]).unwrap_err().to_string();
+        assert!(err.contains("--nosuchflag"), "{err}");
+        assert!(parse_strs(&["profcpu", "-vv", "collect"]).is_ok());
     }
 }

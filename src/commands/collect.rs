@@ -1,6 +1,202 @@
-use crate::cli::CollectArgs;
-use anyhow::Result;
+//! `profcpu collect`: record the target into a fresh `<output>/HH-MM-SS_YYYY-MM-DD/perf.data`, then hand the
+//! finished recording to the later stages.
 
-pub fn run(_args: CollectArgs) -> Result<()> {
-    anyhow::bail!("collect is not wired yet")
+use crate::cli::CollectArgs;
+use crate::perf_data::Record;
+use crate::record::{self, EndReason, EventKind, RecordObserver, RecordOptions, RecordSummary, Target};
+use anyhow::{bail, Result};
+use std::io::{ErrorKind, IsTerminal};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How many same-second runs get a `-2`, `-3`, … suffix before giving up.
+const MAX_RUN_DIR_SUFFIX: u32 = 1000;
+
+pub fn run(args: CollectArgs) -> Result<()> {
+    let target = if args.all {
+        Target::All
+    } else if !args.command.is_empty() {
+        Target::Command(args.command.clone())
+    } else {
+        Target::Pid(args.pid)
+    };
+    // A wrong PID must not leave an empty run folder behind.
+    record::check_target(&target)?;
+    let run_dir = create_run_dir(&args.output, chrono::Local::now())?;
+    let duration = Duration::from_secs_f64(args.duration);
+    let mut observer = CollectObserver { target: target.clone(), duration, run_dir: run_dir.clone() };
+
+    let opts = RecordOptions {
+        target,
+        duration: Some(duration),
+        frequency: args.freq,
+        event: event_kind(&args.event),
+        mmap_pages: args.mmap_pages,
+        perf_data: run_dir.join("perf.data"),
+        progress: std::io::stderr().is_terminal(),
+    };
+    let summary = match record::record(&opts, &mut observer) {
+        Ok(summary) => summary,
+        Err(e) => {
+            // Only removes the folder if nothing was written into it.
+            let _ = std::fs::remove_dir(&run_dir);
+            return Err(e);
+        }
+    };
+    eprintln!("{}", summary_line(&summary));
+    after_recording(&run_dir, &summary)?;
+    println!("{}", run_dir.display());
+    Ok(())
+}
+
+/// The place where the later stages run on the finished perf.data: symbolize → report (perf_script.out,
+/// folded_stacks.out, flamegraph.svg) → archive (prof.tar.gz). Until they exist, collect ends with perf.data.
+fn after_recording(_run_dir: &Path, _summary: &RecordSummary) -> Result<()> {
+    Ok(())
+}
+
+/// Sees the recording as it happens. Later stages hook in here to copy what vanishes with the target (a JIT's perf
+/// map or jitdump) while it is still alive.
+struct CollectObserver {
+    target: Target,
+    duration: Duration,
+    run_dir: PathBuf,
+}
+
+impl RecordObserver for CollectObserver {
+    /// Announced only once sampling really runs, so a refusal is the only line the user sees.
+    fn on_start(&mut self, target_pid: Option<u32>) {
+        eprintln!("{} into {}", describe_start(&self.target, target_pid, self.duration), self.run_dir.display());
+    }
+    fn on_record(&mut self, _record: &Record) {}
+    fn on_tick(&mut self) {}
+}
+
+fn event_kind(name: &str) -> EventKind {
+    match name {
+        "task-clock" => EventKind::TaskClock,
+        "cycles" => EventKind::Cycles,
+        _ => EventKind::CpuClock,
+    }
+}
+
+fn seconds(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0} s")
+    } else {
+        format!("{s} s")
+    }
+}
+
+/// "Profiling PID 1234 (dotnet) for 10 s", "Profiling all processes for 5 s", "Profiling PID 99 (`dotnet App.dll`)
+/// until it exits (at most 20 s)".
+fn describe_start(target: &Target, target_pid: Option<u32>, duration: Duration) -> String {
+    match target {
+        Target::All => format!("Profiling all processes for {}", seconds(duration)),
+        Target::Command(argv) => format!(
+            "Profiling PID {} (`{}`) until it exits (at most {})",
+            target_pid.unwrap_or_default(),
+            argv.join(" "),
+            seconds(duration)
+        ),
+        Target::Pid(pid) => match record::target::process_name(*pid) {
+            Some(name) => format!("Profiling PID {pid} ({name}) for {}", seconds(duration)),
+            None => format!("Profiling PID {pid} for {}", seconds(duration)),
+        },
+    }
+}
+
+/// `profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB perf.data`, plus why it stopped early.
+pub fn summary_line(s: &RecordSummary) -> String {
+    let from = match s.target_pid {
+        Some(pid) => format!("PID {pid}"),
+        None => "all processes".to_string(),
+    };
+    let mut line = format!(
+        "profcpu: {} samples ({} lost) from {from} in {:.1} s, {:.1} MB perf.data",
+        s.samples,
+        s.lost,
+        s.elapsed.as_secs_f64(),
+        s.bytes_written as f64 / 1e6
+    );
+    match &s.end_reason {
+        EndReason::DurationElapsed => {}
+        EndReason::Signal(sig) => line.push_str(&format!(" (stopped by {sig})")),
+        EndReason::TargetExited => line.push_str(" (the target exited)"),
+    }
+    line
+}
+
+/// Creates `<base>/HH-MM-SS_YYYY-MM-DD` (or `…-2`, `…-3` if taken) as a new directory. The base may be a symlink the
+/// user made; the run folder itself is always created fresh, never reused.
+fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<PathBuf> {
+    let unusable = |e: std::io::Error| {
+        anyhow::anyhow!(
+            "cannot create the output folder {}: {e}; choose a writable folder with -output",
+            base.display()
+        )
+    };
+    if base.exists() && !base.is_dir() {
+        bail!("the output folder {} is not a folder; choose another with -output", base.display());
+    }
+    std::fs::create_dir_all(base).map_err(unusable)?;
+    let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
+    for n in 1..=MAX_RUN_DIR_SUFFIX {
+        let dir = base.join(if n == 1 { stem.clone() } else { format!("{stem}-{n}") });
+        match std::fs::create_dir(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(unusable(e)),
+        }
+    }
+    bail!("cannot create a run folder in {}: {MAX_RUN_DIR_SUFFIX} folders named {stem} exist", base.display())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_folders_are_new_and_numbered() {
+        let base = std::env::temp_dir().join(format!("profcpu-rundir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let now = chrono::Local::now();
+        let a = create_run_dir(&base, now).unwrap();
+        let b = create_run_dir(&base, now).unwrap();
+        let c = create_run_dir(&base, now).unwrap();
+        let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
+        assert_eq!(a.file_name().unwrap().to_str().unwrap(), stem);
+        assert_eq!(b.file_name().unwrap().to_str().unwrap(), format!("{stem}-2"));
+        assert_eq!(c.file_name().unwrap().to_str().unwrap(), format!("{stem}-3"));
+        // A symlink squatting on the next name is skipped, not followed.
+        let elsewhere = base.join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, base.join(format!("{stem}-4"))).unwrap();
+        let d = create_run_dir(&base, now).unwrap();
+        assert_eq!(d.file_name().unwrap().to_str().unwrap(), format!("{stem}-5"));
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn summary_line_reads_like_the_spec() {
+        let s = RecordSummary {
+            samples: 3012,
+            lost: 0,
+            lost_per_cpu: vec![0, 0],
+            bytes_written: 1_234_567,
+            elapsed: Duration::from_millis(10_020),
+            event_name: "cpu-clock".into(),
+            frequency: 99,
+            target_pid: Some(1234),
+            target_cmdline: vec![],
+            start_time: chrono::Local::now(),
+            end_reason: EndReason::DurationElapsed,
+            notices: vec![],
+            kernel_frames: true,
+        };
+        assert_eq!(summary_line(&s), "profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB perf.data");
+        let s = RecordSummary { end_reason: EndReason::Signal("SIGINT".into()), target_pid: None, ..s };
+        assert!(summary_line(&s).ends_with("from all processes in 10.0 s, 1.2 MB perf.data (stopped by SIGINT)"));
+    }
 }

@@ -53,9 +53,15 @@ impl Attr {
         Ok(Attr { bytes })
     }
 
-    /// Takes the bytes of the kernel struct the recorder passed to `perf_event_open`.
+    /// Takes the bytes of the kernel struct the recorder passed to `perf_event_open`: the first `attr.size` bytes,
+    /// not the whole binding struct. perf refuses a file whose attrs are larger than the struct it was built with
+    /// ("more recent and unsupported ABI"), so the size the recorder chose must be what lands in the file.
     pub fn from_kernel(attr: &perf_event_open_sys::bindings::perf_event_attr) -> Self {
-        let size = std::mem::size_of_val(attr);
+        let full = std::mem::size_of_val(attr);
+        let size = match attr.size as usize {
+            0 => ATTR_SIZE_VER0,
+            n => n.clamp(ATTR_SIZE_VER0, full),
+        };
         // SAFETY: perf_event_attr is a plain-old-data C struct without padding holes the kernel cares about;
         // viewing it as bytes is how it crosses the syscall boundary too.
         let bytes = unsafe { std::slice::from_raw_parts(attr as *const _ as *const u8, size) }.to_vec();

@@ -1,8 +1,9 @@
 //! The perf.data file header, attr section and feature sections.
 //!
 //! Layout: `tools/perf/Documentation/perf.data-file-format.txt` and `tools/perf/util/header.{h,c}`.
-//! profcpu writes `header | data | attr ids | attrs | feature index | feature bodies`; readers follow the offsets in
-//! the header, so the order is free, and writing the data first lets the recorder stream without knowing its size.
+//! profcpu writes `header | data | feature index | feature bodies | attr ids | attrs`; readers follow the offsets in
+//! the header, except that the feature index must start right after the data section (perf looks for it at
+//! `data.offset + data.size`). Writing the data first lets the recorder stream without knowing its size.
 
 use super::attr::Attr;
 use super::bytes::{Cursor, Encoder};

@@ -182,6 +182,8 @@ impl Record {
                         c.skip(3)?;
                         let id = c.bytes(20)?;
                         m.build_id = Some(id[..n].to_vec());
+                        // `build_id` carries this flag; `encode` sets it again, so records round-trip unchanged.
+                        m.misc &= !PERF_RECORD_MISC_MMAP_BUILD_ID;
                     } else {
                         m.maj = c.u32()?;
                         m.min = c.u32()?;

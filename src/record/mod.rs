@@ -1,6 +1,21 @@
 //! The sampling engine: `perf_event_open` per CPU (and per thread of the target), one mmap ring buffer per CPU,
 //! records streamed into a perf.data as they arrive.
 
+mod buildid;
+mod dsos;
+mod engine;
+mod events;
+mod explain;
+mod metadata;
+mod progress;
+pub mod ring;
+mod stop;
+pub mod synthesize;
+pub mod target;
+
+pub use engine::{check_target, record};
+pub use progress::status_line;
+
 use crate::perf_data::Record;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -62,11 +77,19 @@ pub struct RecordSummary {
     pub target_cmdline: Vec<String>,
     pub start_time: chrono::DateTime<chrono::Local>,
     pub end_reason: EndReason,
+    /// What profcpu changed or could not do, one line each (also logged as warnings): event fallbacks, hidden kernel
+    /// frames, smaller ring buffers, lost records.
+    pub notices: Vec<String>,
+    /// Whether kernel-mode samples and kernel frames were recorded (false after the paranoid fallback).
+    pub kernel_frames: bool,
 }
 
 /// Sees the non-sample records (MMAP2, COMM, FORK, EXIT) as they are read, and gets a periodic tick; the collect
 /// command uses this to copy a JIT's perf map / jitdump while the target is still alive.
 pub trait RecordObserver {
+    /// Sampling has begun (every event is open): the target is known to be profiled from here on. `target_pid` is
+    /// the process sampled (the launched command's PID for `Target::Command`), `None` for `Target::All`.
+    fn on_start(&mut self, _target_pid: Option<u32>) {}
     fn on_record(&mut self, _record: &Record) {}
     fn on_tick(&mut self) {}
 }

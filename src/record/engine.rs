@@ -1,0 +1,631 @@
+//! The recording loop: open the events, synthesize what existed before, then stream every ring buffer into the
+//! perf.data until the duration ends, a signal arrives or the target exits; then drain and finish the file.
+
+use super::dsos::DsoTracker;
+use super::events::{self, EventSpec};
+use super::explain::{self, OpenTarget};
+use super::progress::Progress;
+use super::ring::{self, RingBuffer};
+use super::stop::StopSignals;
+use super::target::{self, ExitWatch, LaunchedCommand};
+use super::{metadata, synthesize};
+use super::{EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
+use crate::perf_data::records::{PERF_RECORD_FORK, PERF_RECORD_SAMPLE};
+use crate::perf_data::{Attr, EventDesc, PerfDataWriter, Record, SampleFormat};
+use anyhow::{bail, Context, Result};
+use perf_event_open_sys::bindings::perf_event_attr;
+use std::collections::{HashMap, HashSet};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+/// How often the observer ticks, the progress line updates and the buffers are drained even without a wake-up.
+const TICK: Duration = Duration::from_millis(250);
+/// How long a launched command gets to exit after SIGTERM when recording stops first.
+const COMMAND_GRACE: Duration = Duration::from_secs(2);
+/// Upper bound on re-listing a target's threads while it keeps creating new ones.
+const MAX_THREAD_RESCANS: usize = 64;
+
+/// One CPU's ring buffer and the event that owns its mapping; every other event on that CPU writes into it.
+struct CpuBuffer {
+    cpu: u32,
+    owner: OwnedFd,
+    ring: RingBuffer,
+    /// The owner's task is gone (poll reports POLLHUP forever): keep reading, stop polling.
+    hung_up: bool,
+}
+
+/// An event redirected into its CPU's buffer.
+struct TaskEvent {
+    fd: Option<OwnedFd>,
+    id: u64,
+}
+
+struct Session<'o> {
+    spec: EventSpec,
+    attr: perf_event_attr,
+    cpus: Vec<u32>,
+    data_pages: usize,
+    pages_requested: usize,
+    map_refusal: Option<i32>,
+    buffers: Vec<Option<CpuBuffer>>,
+    others: Vec<TaskEvent>,
+    ids: Vec<u64>,
+    writer: Option<PerfDataWriter>,
+    format: SampleFormat,
+    samples: u64,
+    lost_per_cpu: Vec<u64>,
+    dsos: DsoTracker,
+    /// While the target's threads are being listed: threads the kernel reported created (FORK), which carry an
+    /// inherited event already. `None` once set-up is over, so a long recording does not collect every thread id.
+    forked: Option<HashSet<u32>>,
+    /// Threads found by re-listing /proc after the first events were open, and their own events.
+    rescanned: HashMap<u32, Vec<usize>>,
+    /// Ids of events closed because the thread turned out to have an inherited event too; their samples are
+    /// duplicates.
+    dropped_ids: HashSet<u64>,
+    /// One copy-out buffer per ring, reused across passes.
+    scratch: Vec<Vec<u8>>,
+    notices: Vec<String>,
+    /// When the first enabled event was opened: samples (and the duration) count from here.
+    sampling_since: Option<Instant>,
+    /// The kernel text mapping, read before any event is open (reading /proc/kallsyms takes a while).
+    kernel_text: Option<Record>,
+    observer: &'o mut dyn RecordObserver,
+}
+
+/// Records `opts.target` into `opts.perf_data` and returns what happened. On error no perf.data is left behind (an
+/// unfinished one is unreadable).
+pub fn record(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
+    let existed = opts.perf_data.symlink_metadata().is_ok();
+    let result = record_into(opts, observer);
+    if result.is_err() && !existed {
+        let _ = std::fs::remove_file(&opts.perf_data);
+    }
+    result
+}
+
+fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
+    let start_time = chrono::Local::now();
+    target::raise_fd_limit();
+    let cpus = target::online_cpus()?;
+    let data_pages = opts.mmap_pages.unwrap_or_else(ring::default_data_pages).max(1);
+    let spec = EventSpec {
+        kind: opts.event,
+        frequency: opts.frequency,
+        kernel: true,
+        inherit: !matches!(opts.target, Target::All),
+        enable_on_exec: matches!(opts.target, Target::Command(_)),
+        wakeup_bytes: (data_pages * ring::page_size() / 2) as u32,
+    };
+    let max_cpu = cpus.iter().max().copied().unwrap_or(0) as usize;
+    let mut session = Session {
+        spec,
+        attr: events::build_attr(&spec),
+        buffers: (0..cpus.len()).map(|_| None).collect(),
+        cpus,
+        data_pages,
+        pages_requested: data_pages,
+        map_refusal: None,
+        others: Vec::new(),
+        ids: Vec::new(),
+        writer: None,
+        format: SampleFormat::default(),
+        samples: 0,
+        lost_per_cpu: vec![0; max_cpu + 1],
+        dsos: DsoTracker::default(),
+        forked: None,
+        rescanned: HashMap::new(),
+        dropped_ids: HashSet::new(),
+        scratch: Vec::new(),
+        notices: Vec::new(),
+        sampling_since: None,
+        kernel_text: synthesize::kernel_text(),
+        observer,
+    };
+    // Installed before anything is opened so a Ctrl+C during set-up still ends in a finished file.
+    let stop = StopSignals::install()?;
+
+    let mut launched = None;
+    let (target_pid, target_cmdline, exit_watch) = match &opts.target {
+        Target::Pid(pid) => {
+            let pid = *pid;
+            check_target(&opts.target)?;
+            let cmdline = read_cmdline(pid);
+            session.open_pid(pid, opts)?;
+            (Some(pid), cmdline, Some(ExitWatch::new(pid)))
+        }
+        Target::All => {
+            session.open_all(opts)?;
+            (None, Vec::new(), None)
+        }
+        Target::Command(argv) => {
+            let mut cmd = LaunchedCommand::spawn(argv)?;
+            let pid = cmd.pid();
+            session.open_first_task(pid, OpenTarget::Pid(pid))?;
+            session.create_writer(opts)?;
+            session.write_kernel_text()?;
+            session.writer().finished_round()?;
+            let watch = ExitWatch::new(pid);
+            cmd.release()?;
+            // The events were opened disabled; exec enabled them.
+            session.sampling_since = Some(Instant::now());
+            launched = Some(cmd);
+            (Some(pid), argv.clone(), Some(watch))
+        }
+    };
+    session.report_ring_size();
+    session.observer.on_start(target_pid);
+
+    let started = session.sampling_since.unwrap_or_else(Instant::now);
+    let deadline = opts.duration.map(|d| started + d);
+    let progress = Progress::new(opts.progress, opts.duration);
+    let mut next_tick = started + TICK;
+    let end_reason = loop {
+        if let Some(sig) = stop.received() {
+            break EndReason::Signal(sig.to_string());
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            break EndReason::DurationElapsed;
+        }
+        let exited = match (&mut launched, &exit_watch) {
+            (Some(cmd), _) => cmd.try_reap(),
+            (None, Some(watch)) => watch.has_exited(),
+            (None, None) => false,
+        };
+        if exited {
+            break EndReason::TargetExited;
+        }
+        let wake_at = deadline.map_or(next_tick, |d| d.min(next_tick));
+        session.wait(wake_at.saturating_duration_since(now), exit_watch.as_ref());
+        if session.drain()? > 0 {
+            session.writer().finished_round()?;
+        }
+        if Instant::now() >= next_tick {
+            session.observer.on_tick();
+            progress.update(started.elapsed(), session.samples, session.lost(), session.writer().data_size());
+            next_tick = Instant::now() + TICK;
+        }
+    };
+    let elapsed = started.elapsed();
+
+    // Stop the kernel first so the last drain gets everything and nothing more comes.
+    session.disable_all();
+    if session.drain()? > 0 {
+        session.writer().finished_round()?;
+    }
+    if let Some(cmd) = &mut launched {
+        cmd.terminate(COMMAND_GRACE);
+    }
+    progress.finish();
+    drop(stop);
+    session.finish(opts, start_time, elapsed, end_reason, target_pid, target_cmdline)
+}
+
+/// Checks that the target can be profiled at all before anything is created for it (one clear line if not).
+pub fn check_target(target: &Target) -> Result<()> {
+    match target {
+        Target::Pid(pid) if !target::process_exists(*pid) => bail!("{}", no_such_process(*pid)),
+        Target::Command(argv) => match argv.first() {
+            Some(program) => target::check_program(program),
+            None => bail!("no command given after --"),
+        },
+        _ => Ok(()),
+    }
+}
+
+fn no_such_process(pid: u32) -> String {
+    format!(
+        "no process with PID {pid}: /proc/{pid} does not exist (give the PID as seen from here; `ps -e` lists them)"
+    )
+}
+
+fn read_cmdline(pid: u32) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| {
+            raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+        })
+        .unwrap_or_default()
+}
+
+impl Session<'_> {
+    fn writer(&mut self) -> &mut PerfDataWriter {
+        self.writer.as_mut().expect("the writer is created right after the first events are opened")
+    }
+
+    fn lost(&self) -> u64 {
+        self.lost_per_cpu.iter().sum()
+    }
+
+    /// Events for every thread of `pid` (re-listing until no thread is missing), then the synthesized state.
+    fn open_pid(&mut self, pid: u32, opts: &RecordOptions) -> Result<()> {
+        // Listed before any event exists, so none of these threads can have inherited one.
+        let initial = target::thread_ids(pid).map_err(|_| anyhow::anyhow!(no_such_process(pid)))?;
+        self.open_first_task(pid, OpenTarget::Pid(pid))?;
+        self.create_writer(opts)?;
+        self.write_kernel_text()?;
+        for &tid in initial.iter().filter(|&&t| t != pid) {
+            self.open_task(tid, false)?;
+        }
+        for record in synthesize::process(pid) {
+            self.write_synthesized(&record)?;
+        }
+        let initial_count = initial.len();
+        let mut opened: HashSet<u32> = initial.into_iter().collect();
+        opened.insert(pid);
+        self.forked = Some(HashSet::new());
+        // A thread created between the listing and the opening of its creator's events has no event: list again
+        // until the list is stable. Threads the kernel reported through FORK already inherited one.
+        let (mut rescans, mut opened_late, mut inherited) = (0, 0, 0);
+        for _ in 0..MAX_THREAD_RESCANS {
+            self.drain()?;
+            rescans += 1;
+            let Ok(now) = target::thread_ids(pid) else { break };
+            let forked = self.forked.as_ref().expect("set above");
+            let new: Vec<u32> = now.into_iter().filter(|t| !opened.contains(t)).collect();
+            let missing: Vec<u32> = new.iter().copied().filter(|t| !forked.contains(t)).collect();
+            inherited += new.len() - missing.len();
+            opened.extend(new.iter().filter(|t| forked.contains(t)));
+            if missing.is_empty() {
+                break;
+            }
+            for tid in missing {
+                opened.insert(tid);
+                if self.open_task(tid, true)? {
+                    opened_late += 1;
+                    for record in synthesize::thread(pid, tid) {
+                        self.write_synthesized(&record)?;
+                    }
+                }
+            }
+        }
+        self.forked = None;
+        self.writer().finished_round()?;
+        tracing::debug!(
+            "PID {pid}: {initial_count} threads listed, {rescans} re-listings found {opened_late} more without an \
+             event and {inherited} that inherited one; {} CPUs",
+            self.cpus.len()
+        );
+        Ok(())
+    }
+
+    /// One CPU-wide event per CPU, each with its own buffer, then every process synthesized.
+    fn open_all(&mut self, opts: &RecordOptions) -> Result<()> {
+        let (first, notices) = events::open_first(&mut self.spec, -1, self.cpus[0] as i32, &OpenTarget::AllProcesses)?;
+        self.adopt_spec(notices);
+        self.attach(0, first)?;
+        for i in 1..self.cpus.len() {
+            let fd = events::open(&self.attr, -1, self.cpus[i] as i32).map_err(|e| {
+                explain::open_refused(&e, &OpenTarget::AllProcesses, self.spec.event_name(), self.spec.frequency)
+            })?;
+            self.attach(i, fd)?;
+        }
+        self.create_writer(opts)?;
+        self.write_kernel_text()?;
+        for pid in synthesize::all_pids().context("cannot list /proc")? {
+            for record in synthesize::process(pid) {
+                self.write_synthesized(&record)?;
+            }
+        }
+        self.writer().finished_round()?;
+        Ok(())
+    }
+
+    /// The first task's events: the first CPU decides the event settings (with fallbacks), the rest follow them.
+    fn open_first_task(&mut self, tid: u32, what: OpenTarget) -> Result<()> {
+        let (first, notices) = events::open_first(&mut self.spec, tid as i32, self.cpus[0] as i32, &what)?;
+        self.adopt_spec(notices);
+        self.attach(0, first)?;
+        for i in 1..self.cpus.len() {
+            let fd = events::open(&self.attr, tid as i32, self.cpus[i] as i32)
+                .map_err(|e| explain::open_refused(&e, &what, self.spec.event_name(), self.spec.frequency))?;
+            self.attach(i, fd)?;
+        }
+        Ok(())
+    }
+
+    fn adopt_spec(&mut self, notices: Vec<String>) {
+        self.attr = events::build_attr(&self.spec);
+        for n in notices {
+            tracing::warn!("{n}");
+            self.notices.push(n);
+        }
+    }
+
+    /// Opens `tid`'s events on every CPU. Returns false when the thread is already gone.
+    fn open_task(&mut self, tid: u32, rescanned: bool) -> Result<bool> {
+        let mut opened = Vec::new();
+        for i in 0..self.cpus.len() {
+            match events::open(&self.attr, tid as i32, self.cpus[i] as i32) {
+                Ok(fd) => {
+                    opened.push(self.others.len());
+                    self.attach(i, fd)?;
+                }
+                // The thread exited since it was listed.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
+                    for &j in &opened {
+                        self.others[j].fd = None;
+                    }
+                    return Ok(false);
+                }
+                Err(e) => {
+                    return Err(explain::open_refused(
+                        &e,
+                        &OpenTarget::Pid(tid),
+                        self.spec.event_name(),
+                        self.spec.frequency,
+                    ))
+                }
+            }
+        }
+        if rescanned {
+            self.rescanned.insert(tid, opened);
+        }
+        Ok(true)
+    }
+
+    /// Makes `fd` the owner of CPU slot `i`'s ring buffer, or redirects it into the existing one.
+    fn attach(&mut self, i: usize, fd: OwnedFd) -> Result<()> {
+        if !self.spec.enable_on_exec {
+            self.sampling_since.get_or_insert_with(Instant::now);
+        }
+        let id = events::event_id(fd.as_fd()).context("PERF_EVENT_IOC_ID failed")?;
+        self.ids.push(id);
+        if let Some(w) = self.writer.as_mut() {
+            w.add_ids(0, &[id]);
+        }
+        match &self.buffers[i] {
+            Some(buffer) => {
+                events::redirect_output(fd.as_fd(), buffer.owner.as_fd())
+                    .with_context(|| format!("cannot redirect an event into CPU {}'s ring buffer", buffer.cpu))?;
+                self.others.push(TaskEvent { fd: Some(fd), id });
+            }
+            None => {
+                let ring = self.map_ring(&fd)?;
+                self.buffers[i] = Some(CpuBuffer { cpu: self.cpus[i], owner: fd, ring, hung_up: false });
+            }
+        }
+        Ok(())
+    }
+
+    /// Maps a ring of the chosen size, halving it while the kernel refuses to lock that much memory.
+    fn map_ring(&mut self, fd: &OwnedFd) -> Result<RingBuffer> {
+        loop {
+            match RingBuffer::map(fd.as_fd(), self.data_pages) {
+                Ok(ring) => return Ok(ring),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOMEM)) && self.data_pages > 1 => {
+                    self.map_refusal = e.raw_os_error();
+                    self.data_pages /= 2;
+                }
+                Err(e) => bail!(
+                    "cannot map a {}-page perf ring buffer: {e}; raise the locked-memory limit (`ulimit -l`) or \
+                     `sysctl kernel.perf_event_mlock_kb`",
+                    self.data_pages
+                ),
+            }
+        }
+    }
+
+    fn report_ring_size(&mut self) {
+        if self.data_pages < self.pages_requested {
+            let n = format!(
+                "ring buffers reduced from {} to {} pages per CPU ({} when locking more): raise `ulimit -l` or \
+                 `sysctl kernel.perf_event_mlock_kb` if samples get lost",
+                self.pages_requested,
+                self.data_pages,
+                explain::errno_name(self.map_refusal.unwrap_or(0))
+            );
+            tracing::warn!("{n}");
+            self.notices.push(n);
+        }
+        tracing::debug!("{} data pages per CPU ring buffer, {} events", self.data_pages, self.ids.len());
+    }
+
+    fn create_writer(&mut self, opts: &RecordOptions) -> Result<()> {
+        let attr = Attr::from_kernel(&self.attr);
+        self.format = attr.sample_format();
+        let desc = EventDesc { name: attr.event_name(), attr, ids: self.ids.clone() };
+        self.writer = Some(PerfDataWriter::create(&opts.perf_data, vec![desc])?);
+        Ok(())
+    }
+
+    fn write_kernel_text(&mut self) -> Result<()> {
+        match self.kernel_text.take() {
+            Some(record) => self.write_synthesized(&record),
+            None if !self.spec.kernel => Ok(()),
+            None => {
+                tracing::warn!(
+                    "/proc/kallsyms hides kernel addresses (kptr_restrict): kernel frames will have no names"
+                );
+                Ok(())
+            }
+        }
+    }
+
+    fn write_synthesized(&mut self, record: &Record) -> Result<()> {
+        self.dsos.on_record(record);
+        self.observer.on_record(record);
+        self.writer().write_record(record)
+    }
+
+    /// Sleeps until a buffer passes its watermark, the target exits, a signal arrives or `timeout` passes.
+    fn wait(&mut self, timeout: Duration, exit_watch: Option<&ExitWatch>) {
+        let mut fds: Vec<libc::pollfd> = self
+            .buffers
+            .iter()
+            .flatten()
+            .filter(|b| !b.hung_up)
+            .map(|b| libc::pollfd { fd: b.owner.as_raw_fd(), events: libc::POLLIN, revents: 0 })
+            .collect();
+        let owners = fds.len();
+        if let Some(fd) = exit_watch.and_then(ExitWatch::fd) {
+            fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        }
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: polling descriptors we own, through a correctly sized array.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n <= 0 {
+            // Timeout, or EINTR from a signal: the loop checks the stop flag next.
+            return;
+        }
+        let hung: HashSet<i32> =
+            fds[..owners].iter().filter(|p| p.revents & (libc::POLLHUP | libc::POLLERR) != 0).map(|p| p.fd).collect();
+        for b in self.buffers.iter_mut().flatten() {
+            if hung.contains(&b.owner.as_raw_fd()) {
+                b.hung_up = true;
+            }
+        }
+    }
+
+    /// Copies every buffer's pending records into the perf.data. Returns the number of bytes read.
+    ///
+    /// All buffers are copied out before any record is written: a FORK saying a re-listed thread inherited an event
+    /// is in the kernel's buffers before that thread's own events can have sampled it, so seeing all FORKs first
+    /// lets `on_fork` drop every duplicate sample, whichever CPU's buffer holds what.
+    fn drain(&mut self) -> Result<usize> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.resize_with(self.buffers.len(), Vec::new);
+        let mut total = 0;
+        for (buffer, bytes) in self.buffers.iter_mut().zip(scratch.iter_mut()) {
+            bytes.clear();
+            if let Some(buffer) = buffer {
+                total += buffer.ring.read_into(bytes);
+            }
+        }
+        if !self.rescanned.is_empty() || self.forked.is_some() {
+            for bytes in &scratch {
+                for record in ring::records(bytes) {
+                    if u32::from_ne_bytes(record[..4].try_into().expect("8-byte header")) == PERF_RECORD_FORK {
+                        if let Ok(Record::Fork(t)) = Record::decode(record, &self.format) {
+                            self.on_fork(t.tid);
+                        }
+                    }
+                }
+            }
+        }
+        for (i, bytes) in scratch.iter().enumerate() {
+            let Some(cpu) = self.buffers[i].as_ref().map(|b| b.cpu) else { continue };
+            let mut consumed = 0;
+            for record in ring::records(bytes) {
+                consumed += record.len();
+                self.consume(record, cpu)?;
+            }
+            if consumed != bytes.len() {
+                tracing::warn!(
+                    "CPU {cpu}: {} bytes at the end of the ring buffer do not form a record",
+                    bytes.len() - consumed
+                );
+            }
+        }
+        self.scratch = scratch;
+        Ok(total)
+    }
+
+    fn consume(&mut self, bytes: &[u8], cpu: u32) -> Result<()> {
+        let kind = u32::from_ne_bytes(bytes[..4].try_into().expect("records are at least 8 bytes"));
+        if kind == PERF_RECORD_SAMPLE {
+            // PERF_SAMPLE_IDENTIFIER puts the id first in every sample.
+            let id = bytes.get(8..16).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
+            if id.is_some_and(|id| self.dropped_ids.contains(&id)) {
+                return Ok(());
+            }
+            self.samples += 1;
+            if let Ok(Record::Sample(sample)) = Record::decode(bytes, &self.format) {
+                self.dsos.on_sample(&sample);
+            }
+            return self.writer().write_raw(bytes);
+        }
+        match Record::decode(bytes, &self.format) {
+            Ok(record) => {
+                match &record {
+                    Record::Lost(l) => self.lost_per_cpu[cpu as usize] += l.lost,
+                    Record::LostSamples { lost, .. } => self.lost_per_cpu[cpu as usize] += lost,
+                    _ => {}
+                }
+                self.dsos.on_record(&record);
+                self.observer.on_record(&record);
+            }
+            Err(e) => tracing::debug!("undecodable record of type {kind}: {e:#}"),
+        }
+        self.writer().write_raw(bytes)
+    }
+
+    /// A FORK means the new thread inherited an event. If a re-listing got there first and opened events of its
+    /// own for it, those would double its samples: close them and drop what they wrote.
+    fn on_fork(&mut self, tid: u32) {
+        if let Some(forked) = self.forked.as_mut() {
+            forked.insert(tid);
+        }
+        if let Some(indices) = self.rescanned.remove(&tid) {
+            for i in indices {
+                let ev = &mut self.others[i];
+                if ev.fd.take().is_some() {
+                    self.dropped_ids.insert(ev.id);
+                }
+            }
+            tracing::debug!("thread {tid} was found by re-listing and inherited an event too; kept the inherited one");
+        }
+    }
+
+    fn disable_all(&self) {
+        for b in self.buffers.iter().flatten() {
+            events::disable(b.owner.as_fd());
+        }
+        for ev in &self.others {
+            if let Some(fd) = &ev.fd {
+                events::disable(fd.as_fd());
+            }
+        }
+    }
+
+    fn finish(
+        mut self,
+        opts: &RecordOptions,
+        start_time: chrono::DateTime<chrono::Local>,
+        elapsed: Duration,
+        end_reason: EndReason,
+        target_pid: Option<u32>,
+        target_cmdline: Vec<String>,
+    ) -> Result<RecordSummary> {
+        let lost = self.lost();
+        if lost > 0 {
+            let per_cpu: Vec<String> = self
+                .lost_per_cpu
+                .iter()
+                .enumerate()
+                .filter(|(_, &n)| n > 0)
+                .map(|(cpu, n)| format!("CPU {cpu}: {n}"))
+                .collect();
+            let n = format!(
+                "lost {lost} records ({}): the ring buffers overflowed; use a larger -mmap-pages (now {}) or a lower \
+                 -freq",
+                per_cpu.join(", "),
+                self.data_pages
+            );
+            tracing::warn!("{n}");
+            self.notices.push(n);
+        }
+        // The rings and events go before the (possibly slow) build-id reading.
+        self.buffers.clear();
+        self.others.clear();
+        let features = metadata::features(&self.dsos.hit(), self.spec.kernel && self.dsos.kernel_hit());
+        let writer = self.writer.take().expect("writer exists once events are open");
+        writer.finish(&features)?;
+        let bytes_written = std::fs::metadata(&opts.perf_data).map(|m| m.len()).unwrap_or(0);
+        Ok(RecordSummary {
+            samples: self.samples,
+            lost,
+            lost_per_cpu: self.lost_per_cpu,
+            bytes_written,
+            elapsed,
+            event_name: self.spec.event_name().to_string(),
+            frequency: opts.frequency,
+            target_pid,
+            target_cmdline,
+            start_time,
+            end_reason,
+            notices: self.notices,
+            kernel_frames: self.spec.kernel,
+        })
+    }
+}

@@ -1,0 +1,188 @@
+//! The sampling event: its `perf_event_attr`, `perf_event_open` with the fallbacks perf itself makes (no PMU →
+//! cpu-clock, kernel refused → user space only), and the per-fd ioctls.
+
+use super::explain::{self, OpenTarget};
+use super::EventKind;
+use anyhow::Result;
+use perf_event_open_sys as sys;
+use perf_event_open_sys::bindings::{self as abi, perf_event_attr};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// The attr size profcpu passes to the kernel and stores in perf.data. `PERF_ATTR_SIZE_VER7` (Linux 5.13) holds
+/// every field profcpu sets, and it is what perf 6.1 (Debian 12) understands: a larger attr in the file makes it
+/// refuse the whole file.
+pub const ATTR_SIZE: u32 = abi::PERF_ATTR_SIZE_VER7;
+
+const SAMPLE_TYPE: u64 = (abi::PERF_SAMPLE_IDENTIFIER
+    | abi::PERF_SAMPLE_IP
+    | abi::PERF_SAMPLE_TID
+    | abi::PERF_SAMPLE_TIME
+    | abi::PERF_SAMPLE_CPU
+    | abi::PERF_SAMPLE_PERIOD
+    | abi::PERF_SAMPLE_CALLCHAIN) as u64;
+
+/// What to ask the kernel for; `build_attr` turns it into the ABI struct.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventSpec {
+    pub kind: EventKind,
+    pub frequency: u64,
+    /// Sample in kernel mode and record kernel frames in callchains.
+    pub kernel: bool,
+    /// Threads and processes the target creates later get the event too (per-task events only).
+    pub inherit: bool,
+    /// Start disabled and let the kernel enable it when the task calls exec (a launched command).
+    pub enable_on_exec: bool,
+    /// Wake the reader when this many bytes are waiting in a ring buffer.
+    pub wakeup_bytes: u32,
+}
+
+impl EventSpec {
+    pub fn event_name(&self) -> &'static str {
+        match self.kind {
+            EventKind::CpuClock => "cpu-clock",
+            EventKind::TaskClock => "task-clock",
+            EventKind::Cycles => "cycles",
+        }
+    }
+}
+
+pub fn build_attr(spec: &EventSpec) -> perf_event_attr {
+    let mut attr = perf_event_attr { size: ATTR_SIZE, ..Default::default() };
+    let (kind, config) = match spec.kind {
+        EventKind::CpuClock => (abi::PERF_TYPE_SOFTWARE, abi::PERF_COUNT_SW_CPU_CLOCK as u64),
+        EventKind::TaskClock => (abi::PERF_TYPE_SOFTWARE, abi::PERF_COUNT_SW_TASK_CLOCK as u64),
+        EventKind::Cycles => (abi::PERF_TYPE_HARDWARE, abi::PERF_COUNT_HW_CPU_CYCLES as u64),
+    };
+    attr.type_ = kind;
+    attr.config = config;
+    attr.__bindgen_anon_1.sample_freq = spec.frequency;
+    attr.set_freq(1);
+    attr.sample_type = SAMPLE_TYPE;
+    attr.set_sample_id_all(1);
+    // CLOCK_MONOTONIC is the clock the JIT runtimes stamp their jitdump records with.
+    attr.set_use_clockid(1);
+    attr.clockid = libc::CLOCK_MONOTONIC;
+    // mmap and mmap2 together, as perf sets them: the kernel then emits MMAP2 (with device, inode, prot, flags).
+    attr.set_mmap(1);
+    attr.set_mmap2(1);
+    attr.set_comm(1);
+    attr.set_comm_exec(1);
+    attr.set_task(1);
+    attr.set_inherit(spec.inherit as u64);
+    attr.set_disabled(spec.enable_on_exec as u64);
+    attr.set_enable_on_exec(spec.enable_on_exec as u64);
+    attr.set_watermark(1);
+    attr.__bindgen_anon_2.wakeup_watermark = spec.wakeup_bytes.max(1);
+    if !spec.kernel {
+        attr.set_exclude_kernel(1);
+        attr.set_exclude_hv(1);
+        attr.set_exclude_callchain_kernel(1);
+    }
+    attr
+}
+
+/// Opens one event for task `pid` (-1: every task) on `cpu`.
+pub fn open(attr: &perf_event_attr, pid: i32, cpu: i32) -> io::Result<OwnedFd> {
+    // The kernel writes the size it supports back into the struct on E2BIG, so it gets a copy.
+    let mut attr = *attr;
+    // SAFETY: `attr` is a valid, initialised perf_event_attr whose `size` is not larger than the struct.
+    let fd = unsafe { sys::perf_event_open(&mut attr, pid, cpu, -1, abi::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor to us; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens the first event of a recording, adapting the spec the way perf does when the machine cannot give what was
+/// asked: cycles without a hardware PMU become cpu-clock, and kernel sampling refused by `perf_event_paranoid`
+/// becomes user-space sampling. Each adaptation is a notice; any other refusal is the one-line explanation.
+pub fn open_first(spec: &mut EventSpec, pid: i32, cpu: i32, target: &OpenTarget) -> Result<(OwnedFd, Vec<String>)> {
+    let mut notices = Vec::new();
+    loop {
+        let err = match open(&build_attr(spec), pid, cpu) {
+            Ok(fd) => return Ok((fd, notices)),
+            Err(e) => e,
+        };
+        let errno = err.raw_os_error().unwrap_or(0);
+        if spec.kind == EventKind::Cycles && matches!(errno, libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) {
+            notices.push(format!(
+                "the cycles event is not supported here ({}: no hardware PMU, usual in VMs and containers); \
+                 sampling cpu-clock instead",
+                explain::errno_name(errno)
+            ));
+            spec.kind = EventKind::CpuClock;
+            continue;
+        }
+        if spec.kernel && matches!(errno, libc::EACCES | libc::EPERM) {
+            // Refused with kernel sampling: try user space only before explaining, as `perf record` does.
+            let mut user_only = *spec;
+            user_only.kernel = false;
+            if let Ok(fd) = open(&build_attr(&user_only), pid, cpu) {
+                notices.push(explain::kernel_frames_hidden(errno));
+                *spec = user_only;
+                return Ok((fd, notices));
+            }
+        }
+        return Err(explain::open_refused(&err, target, spec.event_name(), spec.frequency));
+    }
+}
+
+/// The id the kernel stamps on this fd's records (`PERF_SAMPLE_IDENTIFIER`); perf.data maps ids to events.
+pub fn event_id(fd: BorrowedFd) -> io::Result<u64> {
+    let mut id = 0u64;
+    // SAFETY: PERF_EVENT_IOC_ID writes one u64 through the pointer.
+    let rc = unsafe { sys::ioctls::ID(fd.as_raw_fd(), &mut id) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(id)
+}
+
+/// Sends `fd`'s records into the ring buffer mapped on `ring_owner` (same CPU): one buffer per CPU however many
+/// threads are sampled.
+pub fn redirect_output(fd: BorrowedFd, ring_owner: BorrowedFd) -> io::Result<()> {
+    // SAFETY: both are perf event descriptors we own.
+    let rc = unsafe { sys::ioctls::SET_OUTPUT(fd.as_raw_fd(), ring_owner.as_raw_fd()) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Stops sampling on `fd` and on every event the kernel inherited from it into new threads.
+pub fn disable(fd: BorrowedFd) {
+    // SAFETY: plain ioctl on a descriptor we own; a failure (task gone) leaves nothing to stop.
+    unsafe {
+        sys::ioctls::DISABLE(fd.as_raw_fd(), 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::Attr;
+
+    #[test]
+    fn attr_has_the_fields_perf_needs() {
+        let spec = EventSpec {
+            kind: EventKind::CpuClock,
+            frequency: 99,
+            kernel: true,
+            inherit: true,
+            enable_on_exec: false,
+            wakeup_bytes: 4096,
+        };
+        let attr = Attr::from_kernel(&build_attr(&spec));
+        assert_eq!(attr.bytes().len(), 128);
+        assert!(attr.is_freq() && attr.sample_id_all() && !attr.excludes_kernel_callchain());
+        assert_eq!(attr.sample_freq_or_period(), 99);
+        assert_eq!(attr.clockid(), Some(libc::CLOCK_MONOTONIC));
+        assert_eq!(attr.event_name(), "cpu-clock");
+        assert_eq!(attr.sample_type(), SAMPLE_TYPE);
+
+        let user_only = Attr::from_kernel(&build_attr(&EventSpec { kernel: false, ..spec }));
+        assert!(user_only.excludes_kernel_callchain());
+    }
+}

@@ -1,0 +1,227 @@
+//! Turns a refused `perf_event_open` into one line that says why and what to change, for the place profcpu runs in
+//! (host, Docker, Kubernetes).
+
+use std::io;
+
+/// What the refused event was for, so the message can name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenTarget {
+    Pid(u32),
+    AllProcesses,
+}
+
+const CAP_SYS_PTRACE: u32 = 19;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Environment {
+    Host,
+    Docker,
+    Kubernetes,
+}
+
+/// Where profcpu runs, judged from the usual marks a container runtime leaves.
+pub fn environment() -> Environment {
+    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+        || std::path::Path::new("/var/run/secrets/kubernetes.io").exists()
+    {
+        return Environment::Kubernetes;
+    }
+    let cgroup = std::fs::read_to_string("/proc/1/cgroup").unwrap_or_default();
+    if std::path::Path::new("/.dockerenv").exists()
+        || std::path::Path::new("/run/.containerenv").exists()
+        || cgroup.contains("docker")
+        || cgroup.contains("containerd")
+        || cgroup.contains("libpod")
+    {
+        return Environment::Docker;
+    }
+    Environment::Host
+}
+
+fn max_sample_rate() -> Option<u64> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.trim().parse().ok()
+}
+
+pub fn perf_event_paranoid() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok()?.trim().parse().ok()
+}
+
+fn status_field(name: &str) -> Option<String> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_string()))
+}
+
+fn has_capability(bit: u32) -> bool {
+    status_field("CapEff").and_then(|v| u64::from_str_radix(&v, 16).ok()).is_some_and(|caps| caps & (1 << bit) != 0)
+}
+
+/// CAP_PERFMON, or CAP_SYS_ADMIN which implies it on kernels before 5.8.
+pub fn has_perf_capability() -> bool {
+    has_capability(CAP_PERFMON) || has_capability(CAP_SYS_ADMIN)
+}
+
+fn seccomp_filtered() -> bool {
+    status_field("Seccomp").is_some_and(|v| v == "2")
+}
+
+pub fn errno_name(errno: i32) -> &'static str {
+    match errno {
+        libc::EPERM => "EPERM",
+        libc::ENOENT => "ENOENT",
+        libc::ESRCH => "ESRCH",
+        libc::EACCES => "EACCES",
+        libc::EINVAL => "EINVAL",
+        libc::EMFILE => "EMFILE",
+        libc::ENFILE => "ENFILE",
+        libc::ENOSYS => "ENOSYS",
+        libc::ENODEV => "ENODEV",
+        libc::EOPNOTSUPP => "EOPNOTSUPP",
+        libc::E2BIG => "E2BIG",
+        libc::EBUSY => "EBUSY",
+        libc::ENOMEM => "ENOMEM",
+        _ => "error",
+    }
+}
+
+fn capability_fix(env: Environment) -> String {
+    match env {
+        Environment::Host => {
+            let exe = std::env::current_exe().map(|p| p.display().to_string()).unwrap_or_else(|_| "profcpu".into());
+            format!("run it as root, or grant the capabilities: `sudo setcap cap_perfmon,cap_sys_ptrace+ep {exe}`")
+        }
+        Environment::Docker => {
+            "start the container with `--cap-add PERFMON --cap-add SYS_PTRACE` (or `--privileged`)".into()
+        }
+        Environment::Kubernetes => {
+            "add `securityContext.capabilities.add: [\"PERFMON\",\"SYS_PTRACE\"]` to the container spec".into()
+        }
+    }
+}
+
+fn seccomp_fix(env: Environment) -> &'static str {
+    match env {
+        Environment::Kubernetes => "set `securityContext.seccompProfile.type: Unconfined` on the container",
+        Environment::Docker => "start the container with `--security-opt seccomp=unconfined`",
+        Environment::Host => {
+            "run profcpu outside the sandbox, or with `--security-opt seccomp=unconfined` (Docker) / \
+             `seccompProfile: Unconfined` (Kubernetes)"
+        }
+    }
+}
+
+/// The highest `perf_event_paranoid` value that still allows the request without CAP_PERFMON.
+fn paranoid_limit(target: &OpenTarget) -> i32 {
+    match target {
+        // CPU-wide events need paranoid <= 0.
+        OpenTarget::AllProcesses => 0,
+        // Per-task user-space events are allowed up to 2; Debian's extra level 3 forbids them all.
+        OpenTarget::Pid(_) => 2,
+    }
+}
+
+/// The notice printed when kernel sampling was refused and profcpu fell back to user space.
+pub fn kernel_frames_hidden(errno: i32) -> String {
+    let paranoid = perf_event_paranoid().map_or_else(|| "unknown".to_string(), |p| p.to_string());
+    format!(
+        "kernel frames hidden: kernel sampling was refused ({}; perf_event_paranoid is {paranoid}, no CAP_PERFMON), \
+         so only user space is sampled; for kernel frames run as root or `sysctl kernel.perf_event_paranoid=1`",
+        errno_name(errno)
+    )
+}
+
+/// One line for a `perf_event_open` that failed for a reason profcpu cannot work around.
+pub fn open_refused(err: &io::Error, target: &OpenTarget, event: &str, frequency: u64) -> anyhow::Error {
+    let errno = err.raw_os_error().unwrap_or(0);
+    let name = errno_name(errno);
+    let what = match target {
+        OpenTarget::Pid(pid) => format!("PID {pid}"),
+        OpenTarget::AllProcesses => "all processes (-all)".to_string(),
+    };
+    let env = environment();
+    let line = match errno {
+        libc::ESRCH => match target {
+            OpenTarget::Pid(pid) => {
+                format!("no process with PID {pid}: it exited or never existed (list processes with `ps -e`)")
+            }
+            OpenTarget::AllProcesses => format!("perf_event_open failed with {name} for {what}"),
+        },
+        libc::EACCES | libc::EPERM => {
+            let paranoid = perf_event_paranoid();
+            let privileged = has_perf_capability();
+            if !privileged && paranoid.is_some_and(|p| p > paranoid_limit(target)) {
+                format!(
+                    "cannot sample {what}: kernel.perf_event_paranoid is {} and profcpu lacks CAP_PERFMON ({name}); \
+                     allow it on the host with `sysctl kernel.perf_event_paranoid=-1`, or {}",
+                    paranoid.unwrap_or_default(),
+                    capability_fix(env)
+                )
+            } else if !privileged {
+                format!(
+                    "cannot sample {what}: profcpu lacks CAP_PERFMON/CAP_SYS_ADMIN{} ({name}); {}",
+                    if has_capability(CAP_SYS_PTRACE) { "" } else { " and CAP_SYS_PTRACE" },
+                    capability_fix(env)
+                )
+            } else if errno == libc::EPERM || seccomp_filtered() {
+                format!(
+                    "cannot sample {what}: perf_event_open is blocked ({name}) although profcpu has CAP_PERFMON, \
+                     most likely by a seccomp filter; {}",
+                    seccomp_fix(env)
+                )
+            } else {
+                format!(
+                    "cannot sample {what}: access denied ({name}) although profcpu has CAP_PERFMON; it also needs \
+                     CAP_SYS_PTRACE to sample another user's process: {}",
+                    capability_fix(env)
+                )
+            }
+        }
+        libc::ENOSYS if seccomp_filtered() || env != Environment::Host => format!(
+            "cannot sample {what}: perf_event_open is blocked by a seccomp filter ({name}); {}",
+            seccomp_fix(env)
+        ),
+        libc::ENOSYS => "this kernel has no perf events support (CONFIG_PERF_EVENTS is off; ENOSYS)".to_string(),
+        libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV => format!(
+            "the {event} event is not supported on this machine ({name}: no hardware PMU); use `-event cpu-clock`"
+        ),
+        libc::EMFILE | libc::ENFILE => format!(
+            "too many open files ({name}): profcpu needs one descriptor per thread and CPU; raise the limit with \
+             `ulimit -n 65536`"
+        ),
+        libc::EINVAL if max_sample_rate().is_some_and(|max| frequency > max) => format!(
+            "-freq {frequency} is above the kernel's limit kernel.perf_event_max_sample_rate ({}); use a lower -freq",
+            max_sample_rate().unwrap_or_default()
+        ),
+        libc::EINVAL | libc::E2BIG => format!(
+            "the kernel rejected the event settings ({name}); profcpu needs Linux 4.5 or newer (mmap2, comm_exec, \
+             use_clockid)"
+        ),
+        _ => format!("perf_event_open failed for {what}: {err}"),
+    };
+    anyhow::anyhow!(line)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_explanation_is_one_line_naming_the_target() {
+        for errno in
+            [libc::ESRCH, libc::EACCES, libc::EPERM, libc::ENOSYS, libc::ENOENT, libc::EMFILE, libc::EINVAL, libc::EIO]
+        {
+            let msg =
+                open_refused(&io::Error::from_raw_os_error(errno), &OpenTarget::Pid(4242), "cycles", 99).to_string();
+            assert_eq!(msg.lines().count(), 1, "{msg}");
+            assert!(!msg.is_empty());
+        }
+        let msg = open_refused(&io::Error::from_raw_os_error(libc::ESRCH), &OpenTarget::Pid(4242), "x", 99).to_string();
+        assert!(msg.starts_with("no process with PID 4242"), "{msg}");
+        let msg = open_refused(&io::Error::from_raw_os_error(libc::EMFILE), &OpenTarget::Pid(1), "x", 99).to_string();
+        assert!(msg.contains("ulimit -n"), "{msg}");
+        let msg =
+            open_refused(&io::Error::from_raw_os_error(libc::EINVAL), &OpenTarget::Pid(1), "x", u64::MAX).to_string();
+        assert!(msg.starts_with("-freq"), "{msg}");
+    }
+}

@@ -1,0 +1,244 @@
+//! Records for the state that existed before recording started, read from /proc the way `perf record` synthesizes
+//! them: per thread a FORK (non-leader threads, so the thread joins its process) then a COMM, per process an MMAP2
+//! for every executable mapping, and once the kernel's own text mapping.
+//!
+//! Synthesized records carry time 0 and id 0 in their `sample_id`, as perf's do: they sort before every kernel record.
+
+use crate::perf_data::records::{PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_USER};
+use crate::perf_data::{Comm, Mmap, Record, SampleId, Task};
+use std::io;
+
+/// perf's `HOST_KERNEL_ID`: the pid of kernel mappings.
+const KERNEL_PID: u32 = u32::MAX;
+
+fn sample_id(pid: u32, tid: u32) -> SampleId {
+    SampleId { pid: Some(pid), tid: Some(tid), time: Some(0), id: Some(0), cpu: Some(0) }
+}
+
+/// One line of `/proc/PID/maps`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapsEntry {
+    pub start: u64,
+    pub end: u64,
+    pub perms: String,
+    pub offset: u64,
+    pub maj: u32,
+    pub min: u32,
+    pub inode: u64,
+    /// Empty for anonymous mappings.
+    pub path: String,
+}
+
+impl MapsEntry {
+    pub fn is_executable(&self) -> bool {
+        self.perms.as_bytes().get(2) == Some(&b'x')
+    }
+}
+
+/// Parses `start-end perms offset maj:min inode   path` (numbers in hex except the inode). The path starts after the
+/// padding and may contain spaces; it is empty for anonymous mappings.
+pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
+    let mut rest = line;
+    let mut field = || {
+        let t = rest.trim_start();
+        let end = t.find(' ').unwrap_or(t.len());
+        let (f, r) = t.split_at(end);
+        rest = r;
+        f
+    };
+    let (range, perms, offset, dev, inode) = (field(), field(), field(), field(), field());
+    let (start, end) = range.split_once('-')?;
+    let (maj, min) = dev.split_once(':')?;
+    Some(MapsEntry {
+        start: u64::from_str_radix(start, 16).ok()?,
+        end: u64::from_str_radix(end, 16).ok()?,
+        perms: perms.to_string(),
+        offset: u64::from_str_radix(offset, 16).ok()?,
+        maj: u32::from_str_radix(maj, 16).ok()?,
+        min: u32::from_str_radix(min, 16).ok()?,
+        inode: inode.parse().ok()?,
+        path: rest.trim_start().to_string(),
+    })
+}
+
+fn mmap2_of(pid: u32, e: &MapsEntry) -> Record {
+    let prot = [(0, libc::PROT_READ), (1, libc::PROT_WRITE), (2, libc::PROT_EXEC)]
+        .iter()
+        .filter(|(i, _)| e.perms.as_bytes().get(*i).is_some_and(|&c| c != b'-'))
+        .fold(0, |acc, (_, p)| acc | p) as u32;
+    let flags = if e.perms.as_bytes().get(3) == Some(&b's') { libc::MAP_SHARED } else { libc::MAP_PRIVATE } as u32;
+    let filename = if e.path.is_empty() { "//anon".to_string() } else { e.path.clone() };
+    Record::Mmap(Mmap {
+        misc: PERF_RECORD_MISC_USER,
+        pid,
+        tid: pid,
+        addr: e.start,
+        len: e.end - e.start,
+        pgoff: e.offset,
+        maj: e.maj,
+        min: e.min,
+        ino: e.inode,
+        ino_generation: 0,
+        build_id: None,
+        prot,
+        flags,
+        filename,
+        sample_id: sample_id(pid, pid),
+    })
+}
+
+/// MMAP2 records for the executable mappings of process `pid`.
+pub fn mappings(pid: u32) -> io::Result<Vec<Record>> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
+    Ok(maps.lines().filter_map(parse_maps_line).filter(MapsEntry::is_executable).map(|e| mmap2_of(pid, &e)).collect())
+}
+
+fn thread_name(pid: u32, tid: u32) -> Option<String> {
+    let raw = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
+    Some(raw.trim_end_matches('\n').to_string())
+}
+
+/// FORK (for a thread other than the leader) then COMM for one thread; nothing if it is gone.
+pub fn thread(pid: u32, tid: u32) -> Vec<Record> {
+    let Some(comm) = thread_name(pid, tid) else { return vec![] };
+    let mut out = Vec::with_capacity(2);
+    if tid != pid {
+        // FORK first: perf copies the parent's name into a thread it learns of from a FORK, so the COMM must follow.
+        out.push(Record::Fork(Task { pid, ppid: pid, tid, ptid: pid, time: 0, sample_id: sample_id(pid, tid) }));
+    }
+    out.push(Record::Comm(Comm { misc: 0, pid, tid, comm, sample_id: sample_id(pid, tid) }));
+    out
+}
+
+/// Everything perf would synthesize for one process: its threads, then its executable mappings. A process that
+/// exits while being read yields what was read.
+pub fn process(pid: u32) -> Vec<Record> {
+    let mut out = Vec::new();
+    let mut tids = super::target::thread_ids(pid).unwrap_or_default();
+    tids.sort_unstable_by_key(|&t| (t != pid, t));
+    for tid in tids {
+        out.extend(thread(pid, tid));
+    }
+    if !out.is_empty() {
+        // Kernel threads have no maps; a process that vanished reads as empty too.
+        out.extend(mappings(pid).unwrap_or_default());
+    }
+    out
+}
+
+/// PIDs of every process in /proc.
+pub fn all_pids() -> io::Result<Vec<u32>> {
+    let mut pids: Vec<u32> =
+        std::fs::read_dir("/proc")?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    pids.sort_unstable();
+    Ok(pids)
+}
+
+/// The kernel text mapping as perf synthesizes it: `[kernel.kallsyms]_text` from `_text` to `_etext`, pid -1, pgoff
+/// = the address of `_text` (perf's relocation reference). `None` when /proc/kallsyms hides addresses.
+pub fn kernel_text() -> Option<Record> {
+    let file = std::fs::File::open("/proc/kallsyms").ok()?;
+    kernel_text_from_kallsyms(std::io::BufReader::new(file))
+}
+
+/// Scans `address type name [module]` lines for `_text` (or `_stext`) and `_etext`, stopping at `_etext`: the file
+/// has over 100,000 lines and this runs before sampling starts.
+fn kernel_text_from_kallsyms(mut kallsyms: impl std::io::BufRead) -> Option<Record> {
+    let mut text = None;
+    let mut etext = None;
+    let mut line = Vec::new();
+    while etext.is_none() {
+        line.clear();
+        if kallsyms.read_until(b'\n', &mut line).ok()? == 0 {
+            break;
+        }
+        let trimmed = line.strip_suffix(b"\n").unwrap_or(&line);
+        let name = trimmed.rsplit(|&b| b == b' ').next().unwrap_or_default();
+        let slot = match name {
+            b"_text" => &mut text,
+            b"_stext" if text.is_none() => &mut text,
+            b"_etext" => &mut etext,
+            _ => continue,
+        };
+        let addr = trimmed.split(|&b| b == b' ').next().unwrap_or_default();
+        *slot = std::str::from_utf8(addr).ok().and_then(|a| u64::from_str_radix(a, 16).ok());
+    }
+    let start = text.filter(|&a| a != 0)?;
+    let end = etext.filter(|&e| e > start).unwrap_or(u64::MAX);
+    Some(Record::Mmap(Mmap {
+        misc: PERF_RECORD_MISC_KERNEL,
+        pid: KERNEL_PID,
+        tid: 0,
+        addr: start,
+        len: end - start,
+        pgoff: start,
+        prot: libc::PROT_READ as u32 | libc::PROT_EXEC as u32,
+        filename: "[kernel.kallsyms]_text".into(),
+        sample_id: SampleId { pid: Some(KERNEL_PID), tid: Some(0), time: Some(0), id: Some(0), cpu: Some(0) },
+        ..Default::default()
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_lines_parse_like_the_kernel_prints_them() {
+        let e = parse_maps_line(
+            "7f12a4e28000-7f12a4e4e000 r-xp 00028000 fe:00 326279                     /usr/lib/x86_64-linux-gnu/libc.so.6",
+        )
+        .unwrap();
+        assert_eq!(
+            (e.start, e.end, e.offset, e.maj, e.min, e.inode),
+            (0x7f12a4e28000, 0x7f12a4e4e000, 0x28000, 0xfe, 0, 326279)
+        );
+        assert_eq!(e.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
+        assert!(e.is_executable());
+
+        let anon = parse_maps_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
+        assert_eq!(anon.path, "");
+        let Record::Mmap(m) = mmap2_of(7, &anon) else { panic!() };
+        assert_eq!(m.filename, "//anon");
+        assert_eq!(m.prot, (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u32);
+        assert_eq!(m.flags, libc::MAP_PRIVATE as u32);
+
+        let spaced = parse_maps_line("1000-2000 r-xs 00001000 103:02 99 /tmp/my app/lib x.so (deleted)").unwrap();
+        assert_eq!((spaced.maj, spaced.min), (0x103, 2));
+        assert_eq!(spaced.path, "/tmp/my app/lib x.so (deleted)");
+        let Record::Mmap(m) = mmap2_of(7, &spaced) else { panic!() };
+        assert_eq!(m.flags, libc::MAP_SHARED as u32);
+
+        assert_eq!(
+            parse_maps_line("ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]").unwrap().path,
+            "[vsyscall]"
+        );
+        assert!(parse_maps_line("garbage").is_none());
+    }
+
+    #[test]
+    fn kernel_text_spans_text_to_etext() {
+        let ks =
+            "ffffffff81000000 T _stext\nffffffff81000000 T _text\nffffffff81000010 t foo\nffffffff82208d88 T _etext\n";
+        let Some(Record::Mmap(m)) = kernel_text_from_kallsyms(ks.as_bytes()) else { panic!() };
+        assert_eq!((m.addr, m.len, m.pgoff, m.pid), (0xffffffff81000000, 0x1208d88, 0xffffffff81000000, u32::MAX));
+        assert_eq!(m.filename, "[kernel.kallsyms]_text");
+        assert!(kernel_text_from_kallsyms("0000000000000000 T _text\n".as_bytes()).is_none());
+        // A module symbol named like the kernel's is not the kernel's (the module column follows the name).
+        let modules = "ffffffff81000000 T _text\nffffffffc0000000 t _etext\t[some_mod]\nffffffff82000000 T _etext\n";
+        let Some(Record::Mmap(m)) = kernel_text_from_kallsyms(modules.as_bytes()) else { panic!() };
+        assert_eq!(m.len, 0x1000000);
+    }
+
+    #[test]
+    fn this_process_synthesizes_itself() {
+        let me = std::process::id();
+        let records = process(me);
+        let Some(Record::Comm(first)) = records.first() else { panic!("{records:?}") };
+        assert_eq!((first.pid, first.tid), (me, me));
+        // The test binary runs from an executable mapping of itself.
+        let exe = std::fs::read_link("/proc/self/exe").unwrap();
+        assert!(records.iter().any(|r| matches!(r, Record::Mmap(m) if m.filename == exe.to_str().unwrap())));
+        assert!(records.iter().any(|r| matches!(r, Record::Mmap(m) if m.filename == "[vdso]")));
+    }
+}

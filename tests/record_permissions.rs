@@ -1,0 +1,118 @@
+//! Refusals and fallbacks with real permissions: profcpu runs as user `nobody` without capabilities (through
+//! util-linux `setpriv`), against the kernel's real `perf_event_paranoid` setting. Needs root to switch users.
+
+mod record_support;
+
+use profcpu::perf_data::Record;
+use record_support::*;
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const NOBODY: &str = "65534";
+
+fn paranoid() -> i32 {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap()
+}
+
+/// Runs `profcpu collect ARGS` as nobody with every capability dropped, under a shell prefix (e.g. `ulimit -l 64;`).
+fn collect_as_nobody(shell_prefix: &str, args: &[&str]) -> (Output, PathBuf) {
+    // SAFETY: geteuid has no preconditions.
+    assert_eq!(unsafe { libc::geteuid() }, 0, "these tests switch to user nobody and must run as root");
+    let out = temp_dir("perm");
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut cmd = format!("{shell_prefix} exec {PROFCPU} collect -output {}", out.display());
+    for a in args {
+        cmd.push(' ');
+        cmd.push_str(a);
+    }
+    let output = Command::new("setpriv")
+        .args(["--reuid", NOBODY, "--regid", NOBODY, "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"])
+        .args(["sh", "-c", &cmd])
+        .output()
+        .expect("setpriv (util-linux)");
+    (output, out)
+}
+
+fn stderr_of(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The error line of a refused run: the only line on stderr.
+fn refusal(o: &Output) -> String {
+    let err = stderr_of(o);
+    assert!(!o.status.success(), "expected a refusal, got success:\n{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "a refusal must be one line:\n{err}");
+    assert!(lines[0].starts_with("profcpu: error: cannot sample "), "{}", lines[0]);
+    lines[0].to_string()
+}
+
+#[test]
+fn unprivileged_own_command_falls_back_to_user_space_with_a_notice() {
+    let busy = busy_binary().to_str().unwrap().to_string();
+    let (o, _) = collect_as_nobody("", &["-duration", "1", "--", &busy, "--seconds", "3"]);
+    let c = finish_collect(o);
+    let rec = Recording::read(&c.perf_data());
+    let attr = &rec.reader.events()[0].attr;
+    assert!(rec.samples().count() >= 20, "{}", c.stderr);
+    if paranoid() >= 2 {
+        assert!(
+            c.stderr.contains("kernel frames hidden")
+                && c.stderr.contains(&format!("perf_event_paranoid is {}", paranoid())),
+            "{}",
+            c.stderr
+        );
+        assert!(attr.excludes_kernel_callchain());
+        let kernel_addresses = 0xffff_8000_0000_0000..profcpu::perf_data::records::PERF_CONTEXT_MAX;
+        assert!(rec.samples().all(|s| !s.callchain.iter().any(|a| kernel_addresses.contains(a))), "kernel frames");
+    } else {
+        assert!(!c.stderr.contains("kernel frames hidden"), "{}", c.stderr);
+        assert!(!attr.excludes_kernel_callchain());
+    }
+}
+
+#[test]
+fn unprivileged_all_is_refused_naming_perf_event_paranoid() {
+    let (o, out) = collect_as_nobody("", &["-all", "-duration", "1"]);
+    if paranoid() <= 0 {
+        finish_collect(o);
+        return;
+    }
+    let line = refusal(&o);
+    assert!(line.contains(&format!("perf_event_paranoid is {}", paranoid())), "{line}");
+    assert!(line.contains("sysctl kernel.perf_event_paranoid=-1"), "{line}");
+    assert!(std::fs::read_dir(&out).unwrap().next().is_none(), "a refused run left files behind");
+}
+
+#[test]
+fn unprivileged_pid_of_another_user_is_refused_naming_the_capabilities() {
+    // A process of root's: sampling it needs CAP_PERFMON and ptrace access, which nobody has.
+    let busy = Busy::start(&["--seconds", "20"]);
+    let (o, _) = collect_as_nobody("", &["-pid", &busy.info.pid.to_string(), "-duration", "1"]);
+    let line = refusal(&o);
+    assert!(line.contains(&format!("cannot sample PID {}", busy.info.pid)), "{line}");
+    if paranoid() <= 2 {
+        assert!(line.contains("CAP_PERFMON") && line.contains("SYS_PTRACE"), "{line}");
+    } else {
+        assert!(line.contains("perf_event_paranoid"), "{line}");
+    }
+}
+
+#[test]
+fn ring_buffers_shrink_when_locked_memory_runs_out() {
+    let busy = busy_binary().to_str().unwrap().to_string();
+    // 4096 pages (16 MiB) per CPU is far more than perf_event_mlock_kb plus a 64 KiB RLIMIT_MEMLOCK allow.
+    let (o, _) =
+        collect_as_nobody("ulimit -l 64;", &["-duration", "1", "-mmap-pages", "4096", "--", &busy, "--seconds", "3"]);
+    let c = finish_collect(o);
+    let notice = c
+        .stderr
+        .lines()
+        .find(|l| l.contains("ring buffers reduced from 4096 to "))
+        .unwrap_or_else(|| panic!("{}", c.stderr));
+    assert!(notice.contains("EPERM") || notice.contains("ENOMEM"), "{notice}");
+    let rec = Recording::read(&c.perf_data());
+    assert!(rec.samples().count() >= 20);
+    assert!(rec.records.iter().any(|r| matches!(r, Record::Comm(c) if c.is_exec())));
+}
