@@ -81,6 +81,24 @@ impl PerfDataWriter {
             FileHeader { data: Section { offset: FILE_HEADER_SIZE, size: self.data_size }, ..Default::default() };
         let mut pos = FILE_HEADER_SIZE + self.data_size;
 
+        // perf (and our reader) find the feature index at data.offset + data.size, so it must follow the data
+        // directly; the ids and attrs are located through the header and go last.
+        let bodies = features.encode(&self.events);
+        let index_size = (bodies.len() * 16) as u64;
+        let mut body_pos = pos + index_size;
+        let mut index = Encoder::new();
+        for (bit, body) in &bodies {
+            header.set_feature(*bit);
+            index.u64(body_pos);
+            index.u64(body.len() as u64);
+            body_pos += body.len() as u64;
+        }
+        self.out.write_all(&index.into_inner()).with_context(ctx)?;
+        for (_, body) in &bodies {
+            self.out.write_all(body).with_context(ctx)?;
+        }
+        pos = body_pos;
+
         let mut id_sections = Vec::new();
         for ev in &self.events {
             let mut e = Encoder::new();
@@ -102,22 +120,6 @@ impl PerfDataWriter {
             e.u64(ids.offset);
             e.u64(ids.size);
             self.out.write_all(&e.into_inner()).with_context(ctx)?;
-        }
-        pos += header.attrs.size;
-
-        let bodies = features.encode(&self.events);
-        let index_size = (bodies.len() * 16) as u64;
-        let mut body_pos = pos + index_size;
-        let mut index = Encoder::new();
-        for (bit, body) in &bodies {
-            header.set_feature(*bit);
-            index.u64(body_pos);
-            index.u64(body.len() as u64);
-            body_pos += body.len() as u64;
-        }
-        self.out.write_all(&index.into_inner()).with_context(ctx)?;
-        for (_, body) in &bodies {
-            self.out.write_all(body).with_context(ctx)?;
         }
 
         self.out.seek(SeekFrom::Start(0)).with_context(ctx)?;
