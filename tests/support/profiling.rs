@@ -1,0 +1,74 @@
+//! Recording real processes for the symbolizer's tests with Debian's `perf record` (profcpu's own recorder is
+//! built elsewhere; the symbolizer must read perf's files anyway), and per-test scratch directories.
+//!
+//! Include from a test with `#[path = "support/profiling.rs"] mod profiling;`.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// A fresh directory under cargo's tmp dir, removed when dropped.
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Scratch { path }
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// `perf record -k CLOCK_MONOTONIC -F 999 -g -p PID -- sleep SECONDS` into `out`. Fails the test loudly, with
+/// perf's own message, when sampling is refused or perf is missing: a profiler test must never pass silently
+/// without samples.
+pub fn perf_record(pid: u32, seconds: f64, out: &Path) {
+    let output = Command::new("perf")
+        .args(["record", "-k", "CLOCK_MONOTONIC", "-F", "999", "-g", "-q", "-o"])
+        .arg(out)
+        .args(["-p", &pid.to_string(), "--", "sleep", &seconds.to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run perf ({e}): install it with `apt-get install -y linux-perf`"));
+    assert!(
+        output.status.success() && out.is_file(),
+        "perf record -p {pid} failed (perf_event_open refused? see /proc/sys/kernel/perf_event_paranoid): {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// `perf script`'s leaf symbol per sample, keyed by `(tid, time in µs)`, as an independent oracle.
+pub fn perf_script_leaves(data: &Path) -> std::collections::HashMap<(u32, u64), String> {
+    let output = Command::new("perf")
+        .args(["script", "-F", "tid,time,ip,sym", "-G", "-i"])
+        .arg(data)
+        .output()
+        .expect("cannot run perf script");
+    assert!(output.status.success(), "perf script failed: {}", String::from_utf8_lossy(&output.stderr));
+    let mut out = std::collections::HashMap::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        // "  4242  1234.567890:     7f0012345678 Name with spaces"
+        let mut rest = line.trim_start();
+        let Some((tid, r)) = rest.split_once(char::is_whitespace) else { continue };
+        rest = r.trim_start();
+        let Some((time, r)) = rest.split_once(':') else { continue };
+        let r = r.trim_start();
+        let Some((_ip, sym)) = r.split_once(char::is_whitespace) else { continue };
+        let (Ok(tid), Some((secs, micros))) = (tid.parse::<u32>(), time.trim().split_once('.')) else { continue };
+        let (Ok(secs), Ok(micros)) = (secs.parse::<u64>(), micros.parse::<u64>()) else { continue };
+        out.insert((tid, secs * 1_000_000 + micros), sym.trim().to_string());
+    }
+    out
+}
