@@ -44,6 +44,9 @@ pub struct JitDump {
     pub moves: usize,
     /// False when the timestamps cannot be compared with sample times (TSC flag): the latest code wins.
     pub timed: bool,
+    /// Bytes of a last record that is incomplete: the file was cut short, or read while the JIT was writing it.
+    pub incomplete_tail: Option<usize>,
+    /// Corruption and unusable records.
     pub warnings: Vec<String>,
 }
 
@@ -103,7 +106,7 @@ impl JitDump {
         let mut events: Vec<(u64, Event)> = Vec::new();
         while pos < bytes.len() {
             let (Some(id), Some(size), Some(timestamp)) = (r.u32(pos), r.u32(pos + 4), r.u64(pos + 8)) else {
-                dump.warnings.push(format!("jitdump truncated inside a record header at byte {pos}"));
+                dump.incomplete_tail = Some(bytes.len() - pos);
                 break;
             };
             let size = size as usize;
@@ -112,7 +115,7 @@ impl JitDump {
                 break;
             }
             let Some(record) = bytes.get(pos..pos + size) else {
-                dump.warnings.push(format!("jitdump truncated: last record at byte {pos} is incomplete"));
+                dump.incomplete_tail = Some(bytes.len() - pos);
                 break;
             };
             let body = Reader { bytes: &record[RECORD_HEADER_SIZE..], swapped };
@@ -342,14 +345,19 @@ mod tests {
     }
 
     #[test]
-    fn truncated_file_keeps_complete_records_and_warns() {
+    fn truncated_file_keeps_complete_records_and_reports_the_tail() {
         let mut w = JitDumpWriter::new(1, 0);
-        w.load(1, 0x1000, 0x10, "Kept").load(2, 0x2000, 0x10, "Lost");
-        let cut = &w.bytes[..w.bytes.len() - 5];
-        let d = JitDump::parse(cut);
-        assert_eq!(name(&d, 0x1000, 5).unwrap(), "Kept");
-        assert!(name(&d, 0x2000, 5).is_none());
-        assert!(d.warnings.iter().any(|w| w.contains("truncated")), "{:?}", d.warnings);
+        w.load(1, 0x1000, 0x10, "Kept");
+        let complete = w.bytes.len();
+        w.load(2, 0x2000, 0x10, "Lost");
+        for cut in [complete + 5, w.bytes.len() - 5] {
+            let d = JitDump::parse(&w.bytes[..cut]);
+            assert_eq!(name(&d, 0x1000, 5).unwrap(), "Kept");
+            assert!(name(&d, 0x2000, 5).is_none());
+            assert_eq!(d.incomplete_tail, Some(cut - complete));
+            assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+        }
+        assert_eq!(JitDump::parse(&w.bytes).incomplete_tail, None);
     }
 
     #[test]

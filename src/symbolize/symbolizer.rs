@@ -530,13 +530,24 @@ impl Symbolizer {
 
     fn load_jitdump(&mut self, pid: u32, path: &Arc<str>) -> Option<(Arc<str>, JitDump)> {
         let mut bytes = self.captured.as_ref().and_then(|c| read_captured(&c.jitdump(pid)));
+        let mut still_written = false;
         if bytes.is_none() {
             bytes = self.read_live_jit_file(pid, Path::new(&**path));
+            still_written = self.live_procs.get(&pid).is_some_and(|p| p.is_some());
         }
         let bytes = bytes?;
         let dump = JitDump::parse(&bytes);
         for w in &dump.warnings {
             self.warn(format!("{path} (PID {pid}): {w}"));
+        }
+        match dump.incomplete_tail {
+            // The JIT was mid-record when we read: expected, and only code loaded in that instant is missed.
+            Some(n) if still_written => tracing::debug!("{path}: skipped a {n}-byte record being written"),
+            Some(n) => self.warn(format!(
+                "{path} (PID {pid}) ends in an incomplete record ({n} bytes): the file was cut short, code loaded last \
+                 may be unnamed"
+            )),
+            None => {}
         }
         Some((path.clone(), dump))
     }

@@ -119,7 +119,12 @@ pub fn build_app(source: &Path) -> PathBuf {
         .arg(source)
         .output()
         .unwrap_or_else(|e| panic!("cannot run mcs ({e}): install the C# compiler with `apt-get install -y mono-mcs`"));
-    assert!(out.status.success(), "mcs failed:\n{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "mcs failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::write(dir.join("App.runtimeconfig.json"), RUNTIME_CONFIG).unwrap();
     std::fs::rename(&partial, &dll).unwrap();
     dll
