@@ -324,3 +324,63 @@ fn bad_symbols_dir_is_one_clear_error() {
     let e = symbolize_file(&reader, &err).unwrap_err();
     assert!(format!("{e:#}").contains("/nonexistent/symbols"), "{e:#}");
 }
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[(self.next() % from.len() as u64) as usize]
+    }
+
+    /// Mostly edge values, sometimes anything.
+    fn value(&mut self) -> u64 {
+        const EDGES: [u64; 12] =
+            [0, 1, 0xfff, 0x1000, 0x10000, 0x400200, u64::MAX, u64::MAX - 1, 1 << 63, K, U, 0xffffffff81000010];
+        if self.next() % 3 == 0 {
+            self.next()
+        } else {
+            self.pick(&EDGES)
+        }
+    }
+}
+
+#[test]
+fn random_records_never_panic() {
+    // Hostile or garbage recordings (overlapping maps at the edges of the address space, forks of unknown
+    // processes, callchains full of markers) must symbolize without a panic.
+    let scratch = Scratch::new("symbolize-random-records");
+    write_symbols(&scratch.0, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    for round in 0..20 {
+        let mut records = Vec::new();
+        for _ in 0..300 {
+            let pid = rng.pick(&[100, 200, 300, 0, u32::MAX]);
+            let t = rng.next() % 1000;
+            records.push(match rng.next() % 6 {
+                0 => {
+                    let name = rng.pick(&["//anon", "/opt/app/libnative.so", "/x/jit-1.dump", ""]);
+                    let (addr, len, pgoff, ino) = (rng.value(), rng.value(), rng.value(), rng.next() % 3);
+                    mmap(t, pid, addr, len, pgoff, ino, name)
+                }
+                1 => comm(t, pid, pid, "x", rng.next() % 2 == 0),
+                2 => fork(t, pid, rng.pick(&[100, 200, 7]), pid, 100),
+                _ => {
+                    let chain: Vec<u64> = (0..rng.next() % 20).map(|_| rng.value()).collect();
+                    sample(t, pid, pid, &chain)
+                }
+            });
+        }
+        let path = scratch.0.join(format!("random-{round}.data"));
+        write_perf_data(&path, &records);
+        let reader = PerfDataReader::open(&path).unwrap();
+        let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+        assert!(out.samples.iter().all(|s| !s.frames.is_empty()));
+    }
+}

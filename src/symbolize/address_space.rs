@@ -106,7 +106,7 @@ impl AddressSpace {
                 let mut old = self.maps.remove(&s).expect("key just seen");
                 if old.end > end {
                     let mut tail = old.clone();
-                    tail.pgoff += end - tail.start;
+                    tail.pgoff = tail.pgoff.wrapping_add(end - tail.start);
                     tail.start = end;
                     self.maps.insert(end, tail);
                 }
@@ -118,7 +118,7 @@ impl AddressSpace {
         for s in inside {
             let mut old = self.maps.remove(&s).expect("key just seen");
             if old.end > end {
-                old.pgoff += end - old.start;
+                old.pgoff = old.pgoff.wrapping_add(end - old.start);
                 old.start = end;
                 self.maps.insert(end, old);
             }

@@ -32,10 +32,10 @@ pub fn demangle(raw: &str) -> Option<String> {
 /// Legacy Rust symbols are valid C++ manglings too; the trailing `17h<16 hex digits>E` hash tells them apart.
 fn looks_like_rust_legacy(raw: &str) -> bool {
     let core = raw.split('.').next().unwrap_or(raw);
-    let Some(body) = core.strip_suffix('E') else { return false };
+    let Some(body) = core.strip_suffix('E').map(str::as_bytes) else { return false };
     body.len() > 20
-        && body[body.len() - 19..].starts_with("17h")
-        && body[body.len() - 16..].bytes().all(|b| b.is_ascii_hexdigit())
+        && body[body.len() - 19..].starts_with(b"17h")
+        && body[body.len() - 16..].iter().all(|b| b.is_ascii_hexdigit())
 }
 
 /// A symbol name stored as found, demangled the first time it is shown.
@@ -94,6 +94,19 @@ mod tests {
         for hostile in [format!("_Z{}", "N1a".repeat(2000)), format!("_Z1fI{}E", "PFv".repeat(3000)), "_Z".repeat(5000)]
         {
             let _ = demangle(&hostile);
+        }
+    }
+
+    #[test]
+    fn random_and_mutated_names_never_panic() {
+        let seeds: [&[u8]; 3] = [
+            b"_ZN3WKS7gc_heap18mark_object_simpleEPPh",
+            b"_ZN4core3fmt5write17h0123456789abcdefE",
+            b"_RNvCs1234_7mycrate3foo",
+        ];
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0005);
+        for input in rng.inputs(&seeds, 5000) {
+            let _ = LazyName::mangled(&String::from_utf8_lossy(&input)).get();
         }
     }
 }

@@ -237,4 +237,18 @@ mod tests {
         let b = function_symbols(&cache, SymbolSource::Symtab, &info.loads).unwrap();
         assert_eq!(a.len(), b.len());
     }
+
+    #[test]
+    fn mutated_elf_files_never_panic() {
+        // The headers and tables of a real ELF, damaged: parsing may fail, but never panic.
+        let data = self_exe();
+        let head = &data[..data.len().min(64 * 1024)];
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0006);
+        for input in rng.inputs(&[head, b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0"], 400) {
+            if let Ok(info) = inspect(&input[..]) {
+                let _ = function_symbols(&input[..], SymbolSource::Symtab, &info.loads);
+                let _ = function_symbols(&input[..], SymbolSource::Dynsym, &info.loads);
+            }
+        }
+    }
 }

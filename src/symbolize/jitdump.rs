@@ -410,4 +410,18 @@ mod tests {
         assert!(!d.timed);
         assert_eq!(name(&d, 0x1000, 0).unwrap(), "New");
     }
+
+    #[test]
+    fn random_and_mutated_dumps_never_panic() {
+        let mut w = JitDumpWriter::new(9, 0);
+        w.load(1, 0x1000, 0x10, "A").moved(2, 0x1000, 0x3000, 0x10).debug_info(3).load(4, 0x1000, 0x20, "B");
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0002);
+        for input in rng.inputs(&[&w.bytes], 3000) {
+            let d = JitDump::parse(&input);
+            for c in d.codes() {
+                let _ = d.lookup(c.start, c.from);
+                let _ = d.lookup(c.end.saturating_sub(1), u64::MAX);
+            }
+        }
+    }
 }

@@ -11,6 +11,8 @@ mod debug_search;
 mod demangle;
 mod dso;
 mod elf;
+#[cfg(test)]
+mod fuzz;
 mod jit_files;
 mod jitdump;
 mod kallsyms;

@@ -110,4 +110,18 @@ mod tests {
         let m = PerfMap::parse(b"1000 10 Complete\n20");
         assert_eq!((m.lines, m.bad_lines), (2, 1));
     }
+
+    #[test]
+    fn random_and_mutated_maps_never_panic() {
+        let seed = b"00007F3157E57800 28 int64 [App] W::S(int32)[Optimized]\n0x10 0x8 a b\n1000 10 x\n";
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0001);
+        for input in rng.inputs(&[seed], 3000) {
+            let m = PerfMap::parse(&input);
+            assert!(m.bad_lines <= m.lines);
+            for r in m.symbols.iter() {
+                assert!(r.start < r.end);
+                assert_eq!(m.symbols.lookup(r.start).map(|x| x.start), Some(r.start));
+            }
+        }
+    }
 }

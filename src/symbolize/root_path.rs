@@ -176,4 +176,28 @@ mod tests {
         assert!(read_in(&r, "/tmp/perf-1.map").is_err());
         assert!(read_in(&r, "/tmp").is_err());
     }
+
+    #[test]
+    fn random_paths_never_escape_or_panic() {
+        let f = FakeRoot::new("random");
+        let r = f.root();
+        symlink("../../..", r.join("tmp/up")).unwrap();
+        symlink("/tmp/up/outside-secret", r.join("tmp/s")).unwrap();
+        let parts = ["..", ".", "tmp", "up", "s", "app", "lib", "real.so", "outside-secret", "", "x"];
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0008);
+        for _ in 0..2000 {
+            let n = 1 + rng.below(6);
+            let p: Vec<&str> = (0..n).map(|_| parts[rng.below(parts.len())]).collect();
+            let path = format!("/{}", p.join("/"));
+            if let Ok(resolved) = resolve_in_root(&r, Path::new(&path)) {
+                assert!(resolved.starts_with(&r), "{path} resolved to {}", resolved.display());
+            }
+            if let Ok(mut file) = open_in_root(&r, Path::new(&path)) {
+                use std::io::Read;
+                let mut s = String::new();
+                let _ = file.read_to_string(&mut s);
+                assert_ne!(s, "host", "{path} read the host's file");
+            }
+        }
+    }
 }

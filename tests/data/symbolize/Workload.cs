@@ -1,6 +1,7 @@
 // Workloads for the symbolizer's tests, run on a real .NET runtime. Usage: App.dll MODE SECONDS
 //   spin   two CPU-bound methods with identical bodies, called with a 3:1 work split (expect ~75% / ~25%)
 //   alloc  allocation churn that keeps the garbage collector (native code in libcoreclr) busy
+//   deep   one spinning thread per CPU, 12 calls deep (for examples/symbolize_bench.rs: many deep stacks)
 // Prints "ready" when the measured phase starts (after the methods are JIT-compiled).
 using System;
 using System.Diagnostics;
@@ -40,6 +41,12 @@ static class Workload
         }
     }
 
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long Recurse(int depth, int n)
+    {
+        return depth == 0 ? SpinThreeQuarters(n) : Recurse(depth - 1, n) + 1;
+    }
+
     static void Main(string[] args)
     {
         string mode = args[0];
@@ -49,8 +56,18 @@ static class Workload
             step = () => { sink += SpinThreeQuarters(3000000); sink += SpinOneQuarter(1000000); };
         else if (mode == "alloc")
             step = () => Churn(100000);
+        else if (mode == "deep")
+        {
+            for (int t = 1; t < Environment.ProcessorCount; t++)
+            {
+                var worker = new System.Threading.Thread(() => { while (true) Recurse(12, 1000000); });
+                worker.IsBackground = true;
+                worker.Start();
+            }
+            step = () => { sink += Recurse(12, 1000000); };
+        }
         else
-            throw new ArgumentException("mode must be spin or alloc");
+            throw new ArgumentException("mode must be spin, alloc or deep");
         for (int i = 0; i < 3; i++) step();
         Console.WriteLine("ready");
         Console.Out.Flush();
