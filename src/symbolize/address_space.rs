@@ -16,7 +16,9 @@ pub enum MapKind {
     File,
     /// Anonymous executable memory or a .NET W^X double mapping: where JIT code lives.
     Jit,
-    /// Kernel-provided regions (`[vdso]`, `[vsyscall]`, `[stack]`, …).
+    /// The kernel's vDSO, an ELF image the same for every process of one kernel.
+    Vdso,
+    /// Other kernel-provided regions (`[vsyscall]`, `[stack]`, …).
     Special,
     /// The jitdump file itself (mapped only so that a recorder sees its name).
     JitDumpFile,
@@ -58,6 +60,8 @@ pub fn classify(path: &str) -> MapKind {
         || path.starts_with("/anon_hugepage")
     {
         MapKind::Jit
+    } else if path == "[vdso]" {
+        MapKind::Vdso
     } else if path.starts_with('[') {
         MapKind::Special
     } else if is_jitdump_path(path) {
@@ -313,7 +317,8 @@ mod tests {
         assert_eq!(classify("/memfd:doublemapper (deleted)"), MapKind::Jit);
         assert_eq!(classify("[anon:JIT]"), MapKind::Jit);
         assert_eq!(classify(""), MapKind::Jit);
-        assert_eq!(classify("[vdso]"), MapKind::Special);
+        assert_eq!(classify("[vdso]"), MapKind::Vdso);
+        assert_eq!(classify("[vsyscall]"), MapKind::Special);
         assert_eq!(classify("/tmp/jit-123.dump"), MapKind::JitDumpFile);
         assert_eq!(classify("/tmp/jit-.dump"), MapKind::File);
         assert_eq!(classify("/usr/lib/libc.so.6"), MapKind::File);

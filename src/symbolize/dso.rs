@@ -25,6 +25,8 @@ pub enum Origin {
     Dynsym,
     /// A table saved by a capture.
     Captured,
+    /// profcpu's own vDSO (same kernel).
+    Vdso,
 }
 
 /// Loads the symbols of `file`, the binary the target mapped at `path`. `expected_build_id` (from the recording)
@@ -62,4 +64,37 @@ pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Opti
     }
     let table = elf::function_symbols(&data, SymbolSource::Dynsym, &info.loads).unwrap_or_default();
     DsoSymbols::Elf { table, origin: Origin::Dynsym }
+}
+
+/// The vDSO mapped into this process: the image every process gets from the running kernel, so it names the
+/// target's `[vdso]` frames when the recording was made on this kernel.
+pub fn own_vdso() -> DsoSymbols {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let range = maps.lines().filter(|l| l.ends_with("[vdso]")).find_map(|l| {
+        let (start, end) = l.split_whitespace().next()?.split_once('-')?;
+        Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
+    });
+    let Some((start, end)) = range.filter(|(s, e)| e > s) else {
+        return DsoSymbols::Opaque { reason: "this process has no vDSO".into() };
+    };
+    // SAFETY: the kernel maps [vdso] readable for the whole life of the process at exactly this range, and never
+    // changes it.
+    let image = unsafe { std::slice::from_raw_parts(start as usize as *const u8, (end - start) as usize) };
+    let Ok(info) = elf::inspect(image) else {
+        return DsoSymbols::Opaque { reason: "the vDSO is not a readable ELF image".into() };
+    };
+    let source = if info.has_symtab_functions { SymbolSource::Symtab } else { SymbolSource::Dynsym };
+    let table = elf::function_symbols(image, source, &info.loads).unwrap_or_default();
+    DsoSymbols::Elf { table, origin: Origin::Vdso }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_vdso_names_clock_gettime() {
+        let DsoSymbols::Elf { table, .. } = own_vdso() else { panic!("no vDSO symbols") };
+        assert!(table.iter().any(|r| r.value.get().contains("clock_gettime")), "{} symbols", table.len());
+    }
 }

@@ -131,6 +131,8 @@ pub struct Symbolizer {
     own_mount_ns: Option<u64>,
     cache: HashMap<CacheKey, Template>,
     build_ids: HashMap<String, Vec<u8>>,
+    /// Kernel release the recording names (perf.data OSRELEASE feature), if any.
+    recorded_release: Option<String>,
     preopened: HashMap<FileId, File>,
     usage: Option<Usage>,
     stats: SymbolizeStats,
@@ -154,6 +156,7 @@ impl Symbolizer {
             own_mount_ns: mount_ns("self"),
             cache: HashMap::new(),
             build_ids: HashMap::new(),
+            recorded_release: None,
             preopened: HashMap::new(),
             usage: None,
             stats: SymbolizeStats::default(),
@@ -197,6 +200,7 @@ impl Symbolizer {
 
     pub(crate) fn run_in_place(&mut self, reader: &PerfDataReader) -> Result<Symbolized> {
         self.add_build_ids(&reader.features().build_ids);
+        self.recorded_release = reader.features().osrelease.clone();
         for w in reader.warnings() {
             self.warn(format!("perf.data: {w}"));
         }
@@ -406,7 +410,7 @@ impl Symbolizer {
                 module,
                 kind: FrameKind::Jit,
             }),
-            MapKind::File => {
+            MapKind::File | MapKind::Vdso => {
                 let dso = self.dso(pid, m);
                 let usage = self.usage.as_mut().map(|u| u.dsos.entry(m.file.clone()).or_default());
                 match &*dso {
@@ -616,6 +620,13 @@ impl Symbolizer {
         if !self.opts.live {
             return DsoSymbols::Opaque { reason: "not in the captured symbols and live lookups are off".into() };
         }
+        if m.kind == MapKind::Vdso {
+            return if self.same_kernel() {
+                dso::own_vdso()
+            } else {
+                DsoSymbols::Opaque { reason: "recorded on another kernel".into() }
+            };
+        }
         let expected = m.file.build_id.as_deref().map(<[u8]>::to_vec).or_else(|| self.build_ids.get(&*path).cloned());
         let info = self.live_process(pid);
         let root = info.as_ref().and_then(|i| self.target_root(i));
@@ -661,6 +672,13 @@ impl Symbolizer {
                 Ok(f)
             }
         }
+    }
+
+    /// Whether the recording was made on the kernel running now (unknown counts as yes: same machine is the
+    /// normal live case).
+    fn same_kernel(&self) -> bool {
+        let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        self.recorded_release.as_deref().map_or(true, |r| r.trim() == running.trim())
     }
 
     fn warn(&mut self, msg: String) {
