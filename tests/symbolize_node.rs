@@ -68,7 +68,7 @@ fn hot_js_function_is_named_from_the_jitdump() {
     app.child.wait().unwrap();
     let live = symbolize_file(&reader, &SymbolizeOptions::live()).unwrap();
     assert!(live.stats.warnings.is_empty(), "{:?}", live.stats.warnings);
-    assert!(live.samples.len() >= 1000, "only {} samples", live.samples.len());
+    assert!(live.samples.len() >= 300, "only {} samples in 3 s", live.samples.len());
     let share = hot_share(&live, &dump);
     assert!(share >= 0.8, "{HOT} is the leaf of only {:.1}% of samples; stats {:?}", share * 100.0, live.stats);
     let jit_leaves = live.samples.iter().filter(|s| s.frames[0].kind == FrameKind::Jit).count();

@@ -20,6 +20,7 @@ mod perf_map;
 mod proc_info;
 mod ranges;
 mod root_path;
+mod sources;
 mod symbolizer;
 
 pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};

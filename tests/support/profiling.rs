@@ -8,6 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// Held by a test while it runs a workload and samples it: tests of one binary run on parallel threads, and on a
+/// small machine several busy runtimes at once starve each other of samples.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static CPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CPU.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A fresh directory under cargo's tmp dir, removed when dropped.
 pub struct Scratch {
     pub path: PathBuf,
