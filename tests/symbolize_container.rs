@@ -8,10 +8,10 @@ mod dotnet;
 #[path = "support/profiling.rs"]
 mod profiling;
 
-use dotnet::{build_app, runtime_dir, RunningApp};
+use dotnet::{build_app, runtime_dir};
 use profcpu::perf_data::PerfDataReader;
 use profcpu::symbolize::{symbolize_file, Capture, FrameKind, SymbolizeOptions, Symbolized};
-use profiling::{perf_record, Scratch};
+use profiling::{perf_record, RunningApp, Scratch};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,15 +2,12 @@
 //! and maps it, which is how the recording points at it. No perf map is written (no `--perf-basic-prof`), so every
 //! JS name must come from the jitdump; a capture copies the dump for offline use.
 
-#[path = "support/dotnet.rs"]
-mod dotnet;
 #[path = "support/profiling.rs"]
 mod profiling;
 
-use dotnet::RunningApp;
 use profcpu::perf_data::PerfDataReader;
 use profcpu::symbolize::{symbolize_file, Capture, FrameKind, SymbolizeOptions, Symbolized};
-use profiling::{perf_record, Scratch};
+use profiling::{perf_record, RunningApp, Scratch};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
