@@ -35,6 +35,7 @@ pub mod parsers {
     pub use super::proc_info::{parse_status, ProcessInfo, Status};
     pub use super::root_path::{open_in_root, resolve_in_root};
 }
+
 use std::sync::Arc;
 
 /// Where a frame's code came from; the report colours and filters by it.
