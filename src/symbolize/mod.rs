@@ -1,5 +1,40 @@
 //! Turns sampled addresses into frame names: JIT perf maps and jitdump, ELF symbols (with split debug files), kernel
 //! symbols; across container namespaces. Works from recorded data so `postprocess` can use it offline.
+//!
+//! Entry points: [`symbolize_file`] (a whole perf.data), [`Symbolizer`] (record by record), [`Capture`] (saves
+//! what naming needs while the target lives, for offline use through [`SymbolizeOptions::offline`]).
+
+mod address_space;
+mod capture;
+mod captured;
+mod debug_search;
+mod demangle;
+mod dso;
+mod elf;
+#[cfg(test)]
+mod fuzz;
+mod jit_files;
+mod jitdump;
+mod kallsyms;
+mod perf_map;
+mod proc_info;
+mod ranges;
+mod root_path;
+mod sources;
+mod symbolizer;
+
+pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
+pub use symbolizer::{symbolize_file, SymbolizeOptions, SymbolizeStats, Symbolized, Symbolizer};
+
+/// The parsers, public for tests and tools that inspect a single input.
+pub mod parsers {
+    pub use super::demangle::demangle;
+    pub use super::jitdump::{JitCode, JitDump};
+    pub use super::kallsyms::{KernelSymbol, KernelSymbols};
+    pub use super::perf_map::PerfMap;
+    pub use super::proc_info::{parse_status, ProcessInfo, Status};
+    pub use super::root_path::{open_in_root, resolve_in_root};
+}
 
 use std::sync::Arc;
 

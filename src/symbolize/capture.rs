@@ -1,0 +1,323 @@
+//! Saving what naming needs while the target still lives. A JIT's perf map and jitdump exist only in the target's
+//! /tmp (or working directory) and, in a container, only as long as its mount namespace does; so while collecting,
+//! [`Capture`] copies them into `<out>/symbols/` as soon as they appear and again whenever they grow. Files the
+//! target maps are opened while it lives, so they stay readable after it exits. At the end it writes the symbols
+//! the samples hit (see [`captured`](super::captured) for the format), so `postprocess` can name every frame
+//! offline.
+//!
+//! Use: `Capture::new(out_dir, &[pid], &opts)`, then for every record read `observe(&record)` (non-sample records
+//! suffice), `poll()` about every 250 ms, and `finish(&reader)` once perf.data is complete. [`Capture`] also
+//! implements the recorder's [`RecordObserver`].
+
+use super::address_space::{FileId, MapKind, Processes};
+use super::captured::{self, CapturedProcess};
+use super::jit_files::{self, OpenError};
+use super::proc_info::ProcessInfo;
+use super::symbolizer::{SymbolizeOptions, Symbolized, Symbolizer};
+use crate::perf_data::{PerfDataReader, Record};
+use crate::record::RecordObserver;
+use anyhow::{Context, Result};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Name of the directory inside the output directory.
+pub const SYMBOLS_DIR: &str = "symbols";
+
+/// A growing file being mirrored: the source stays open, so it can be read to the end even after the target (and
+/// its /tmp) is gone.
+struct Mirror {
+    src: File,
+    dst: File,
+    copied: u64,
+}
+
+impl Mirror {
+    fn new(src: File, dst_path: &Path) -> Result<Mirror> {
+        let dst = captured::create_new(dst_path).with_context(|| format!("cannot create {}", dst_path.display()))?;
+        Ok(Mirror { src, dst, copied: 0 })
+    }
+
+    /// Copies what was appended since the last call; starts over if the source shrank (rewritten).
+    fn sync(&mut self) -> std::io::Result<()> {
+        let len = self.src.metadata()?.len();
+        if len < self.copied {
+            self.dst.set_len(0)?;
+            self.copied = 0;
+        }
+        let mut buf = vec![0u8; 1 << 16];
+        while self.copied < len {
+            let want = ((len - self.copied) as usize).min(buf.len());
+            let n = self.src.read_at(&mut buf[..want], self.copied)?;
+            if n == 0 {
+                break;
+            }
+            self.dst.write_all_at(&buf[..n], self.copied)?;
+            self.copied += n as u64;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Default)]
+struct Target {
+    info: Option<ProcessInfo>,
+    perf_map: Option<Mirror>,
+    jitdump: Option<Mirror>,
+    jitdump_path: Option<Arc<str>>,
+    jitdump_copied_from: Option<Arc<str>>,
+    /// No longer in /proc: nothing new can be opened, open mirrors still sync.
+    gone: bool,
+}
+
+/// What a capture saved, with the run's symbolization (the collect command needs it for its reports anyway).
+pub struct CaptureSummary {
+    pub symbolized: Symbolized,
+    pub dir: PathBuf,
+    pub perf_maps: usize,
+    pub jitdumps: usize,
+    /// Mapped files with samples listed in `dsos.txt`.
+    pub dsos: usize,
+    /// Bytes of every file in the symbols directory.
+    pub bytes: u64,
+    pub finish_time: std::time::Duration,
+    pub warnings: Vec<String>,
+}
+
+pub struct Capture {
+    dir: PathBuf,
+    opts: SymbolizeOptions,
+    all: bool,
+    targets: HashMap<u32, Target>,
+    processes: Processes,
+    /// Mapped files to open while their process lives.
+    to_open: Vec<(u32, Arc<FileId>)>,
+    opened: HashMap<FileId, File>,
+    tried: HashSet<Arc<FileId>>,
+    warnings: Vec<String>,
+    warned: HashSet<String>,
+}
+
+impl Capture {
+    /// Starts a capture for the given host PIDs (their children are followed) into `<out_dir>/symbols`, which
+    /// must not exist yet.
+    pub fn new(out_dir: &Path, pids: &[u32], opts: &SymbolizeOptions) -> Result<Capture> {
+        let dir = out_dir.join(SYMBOLS_DIR);
+        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let mut capture = Capture {
+            dir,
+            opts: opts.clone(),
+            all: false,
+            targets: HashMap::new(),
+            processes: Processes::default(),
+            to_open: Vec::new(),
+            opened: HashMap::new(),
+            tried: HashSet::new(),
+            warnings: Vec::new(),
+            warned: HashSet::new(),
+        };
+        for &pid in pids {
+            capture.targets.entry(pid).or_default();
+        }
+        Ok(capture)
+    }
+
+    /// Captures for every process the recording mentions (`collect -all`).
+    pub fn new_all(out_dir: &Path, opts: &SymbolizeOptions) -> Result<Capture> {
+        let mut c = Self::new(out_dir, &[], opts)?;
+        c.all = true;
+        Ok(c)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn is_target(&mut self, pid: u32) -> bool {
+        if self.all && pid != 0 && pid != u32::MAX {
+            self.targets.entry(pid).or_default();
+        }
+        self.targets.contains_key(&pid)
+    }
+
+    /// Follows the recording: new child processes become targets, a mapped jitdump is noted, mapped files are
+    /// queued to be opened.
+    pub fn observe(&mut self, record: &Record) {
+        match record {
+            Record::Mmap(m) => {
+                let Some(mapping) = self.processes.on_mmap(m) else { return };
+                if !self.is_target(m.pid) {
+                    return;
+                }
+                match mapping.kind {
+                    MapKind::JitDumpFile => {
+                        self.targets.entry(m.pid).or_default().jitdump_path = Some(mapping.file.path.clone());
+                    }
+                    MapKind::File => self.to_open.push((m.pid, mapping.file.clone())),
+                    _ => {}
+                }
+            }
+            Record::Comm(c) => {
+                self.processes.on_comm(c);
+                if c.is_exec() && self.is_target(c.pid) {
+                    // A new program: its maps are new files (same names, new contents).
+                    let t = self.targets.entry(c.pid).or_default();
+                    t.jitdump_path = None;
+                }
+            }
+            Record::Fork(t) => {
+                self.processes.on_fork(t);
+                if t.pid != t.ppid && (self.all || self.targets.contains_key(&t.ppid)) {
+                    self.targets.entry(t.pid).or_default();
+                }
+            }
+            Record::Exit(t) => {
+                self.processes.on_exit(t);
+                if t.pid == t.tid && self.targets.contains_key(&t.pid) {
+                    // Last chance: copy what the process wrote before its /tmp disappears.
+                    self.poll_target(t.pid);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Copies new or grown perf maps and jitdumps and opens newly mapped files. Call about every 250 ms.
+    pub fn poll(&mut self) {
+        let pids: Vec<u32> = self.targets.keys().copied().collect();
+        for pid in pids {
+            self.poll_target(pid);
+        }
+        for (pid, file) in std::mem::take(&mut self.to_open) {
+            self.open_mapped(pid, &file);
+        }
+    }
+
+    fn poll_target(&mut self, pid: u32) {
+        let mut t = self.targets.remove(&pid).unwrap_or_default();
+        if !t.gone {
+            match ProcessInfo::read(pid) {
+                Some(info) => {
+                    t.info.get_or_insert(info);
+                }
+                None => t.gone = true,
+            }
+        }
+        if let Some(info) = t.info.clone().filter(|_| !t.gone) {
+            if t.perf_map.is_none() {
+                let path = PathBuf::from(format!("/tmp/perf-{}.map", info.nspid));
+                t.perf_map = self.start_mirror(&info, &path, &captured::perf_map_name(pid));
+            }
+            if let Some(path) = t.jitdump_path.clone() {
+                if t.jitdump_copied_from.as_ref() != Some(&path) {
+                    if let Some(m) = self.start_mirror(&info, Path::new(&*path), &captured::jitdump_name(pid)) {
+                        t.jitdump = Some(m);
+                        t.jitdump_copied_from = Some(path);
+                    }
+                }
+            }
+        }
+        for (what, mirror) in [("perf map", &mut t.perf_map), ("jitdump", &mut t.jitdump)] {
+            if let Some(m) = mirror {
+                if let Err(e) = m.sync() {
+                    self.warn(format!("copying the {what} of PID {pid} failed: {e}"));
+                }
+            }
+        }
+        self.targets.insert(pid, t);
+    }
+
+    fn start_mirror(&mut self, info: &ProcessInfo, path: &Path, name: &str) -> Option<Mirror> {
+        let root = info.root();
+        match jit_files::open_trusted(Some(&root), path, &[info.uid], self.opts.force_maps) {
+            Ok(src) => match Mirror::new(src, &self.dir.join(name)) {
+                Ok(m) => Some(m),
+                Err(e) => {
+                    // A second jitdump of the same PID (after exec) cannot reuse the name; keep the first.
+                    self.warn(format!("{e:#}"));
+                    None
+                }
+            },
+            Err(OpenError::NotFound) => None,
+            Err(OpenError::Untrusted { owner }) => {
+                self.warn(jit_files::untrusted_warning(path, owner));
+                None
+            }
+            Err(OpenError::Other(e)) => {
+                self.warn(format!("cannot open {} of PID {}: {e}", path.display(), info.pid));
+                None
+            }
+        }
+    }
+
+    fn open_mapped(&mut self, pid: u32, file: &Arc<FileId>) {
+        if !self.tried.insert(file.clone()) || file.path.ends_with(" (deleted)") {
+            return;
+        }
+        let root = PathBuf::from(format!("/proc/{pid}/root"));
+        if let Ok(f) = super::root_path::open_in_root(&root, Path::new(&*file.path)) {
+            self.opened.insert((**file).clone(), f);
+        }
+    }
+
+    /// Final copies, then the symbols the recording's samples hit. Returns the run's symbolization too.
+    pub fn finish(mut self, recording: &PerfDataReader) -> Result<CaptureSummary> {
+        let started = Instant::now();
+        self.poll();
+        let mut processes = BTreeMap::new();
+        let (mut perf_maps, mut jitdumps) = (0, 0);
+        for (&pid, t) in &self.targets {
+            if let Some(info) = &t.info {
+                processes.insert(pid, CapturedProcess { nspid: info.nspid, uid: info.uid });
+            }
+            perf_maps += t.perf_map.is_some() as usize;
+            jitdumps += t.jitdump.is_some() as usize;
+        }
+        captured::write_processes(&self.dir, &processes)?;
+
+        let opts = SymbolizeOptions { captured_dir: Some(self.dir.clone()), live: true, ..self.opts.clone() };
+        let mut symbolizer = Symbolizer::new(&opts)?;
+        symbolizer.set_preopened(std::mem::take(&mut self.opened));
+        symbolizer.record_usage();
+        let symbolized = symbolizer.run_in_place(recording)?;
+        let usage = symbolizer.take_usage().unwrap_or_default();
+        captured::write_usage(&self.dir, &usage)?;
+        let bytes = dir_size(&self.dir);
+        let mut warnings = self.warnings;
+        warnings.extend(symbolized.stats.warnings.iter().cloned());
+        Ok(CaptureSummary {
+            symbolized,
+            dir: self.dir,
+            perf_maps,
+            jitdumps,
+            dsos: usage.dsos.len(),
+            bytes,
+            finish_time: started.elapsed(),
+            warnings,
+        })
+    }
+
+    fn warn(&mut self, msg: String) {
+        if self.warned.insert(msg.clone()) {
+            tracing::warn!("{msg}");
+            self.warnings.push(msg);
+        }
+    }
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
+}
+
+impl RecordObserver for Capture {
+    fn on_record(&mut self, record: &Record) {
+        self.observe(record);
+    }
+
+    fn on_tick(&mut self) {
+        self.poll();
+    }
+}

@@ -1,0 +1,377 @@
+//! The `symbols/` directory a [`Capture`](super::capture::Capture) writes next to `perf.data`, so that
+//! `postprocess` can name every frame later, on a machine without the target or its files. Plain text, one record
+//! per line, `#` starts a comment:
+//!
+//! | file              | contents                                                                          |
+//! |-------------------|-----------------------------------------------------------------------------------|
+//! | `processes.txt`   | `HOSTPID NSPID UID` per captured process                                          |
+//! | `perf-HOSTPID.map`| byte copy of the process's perf map (`/tmp/perf-NSPID.map` in its namespace)      |
+//! | `jit-HOSTPID.dump`| byte copy of the jitdump the process mapped                                       |
+//! | `dsos.txt`        | `SYMFILE MAJ:MIN:INO BUILDID PATH` per mapped file with samples; `SYMFILE` is `-` for a file without symbols (not ELF, unreadable), `BUILDID` is hex or `-`, `PATH` (as the target saw it) runs to the end of the line with `%`, CR and LF percent-escaped |
+//! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled |
+//! | `kernel.syms`     | `START SIZE MODULE NAME` per kernel symbol; a line `# hidden` when kallsyms was hidden |
+//!
+//! Only the symbols that samples hit are saved: exact for this recording and tiny (a few KB instead of a
+//! libcoreclr symbol table of megabytes).
+
+use super::address_space::FileId;
+use super::demangle::LazyName;
+use super::kallsyms::{KernelSymbol, KernelSymbols};
+use super::perf_map::{parse_hex, parse_line};
+use super::ranges::{Range, RangeTable};
+use super::root_path::open_regular_nofollow;
+use anyhow::{Context, Result};
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const PROCESSES_FILE: &str = "processes.txt";
+pub const DSOS_FILE: &str = "dsos.txt";
+pub const KERNEL_FILE: &str = "kernel.syms";
+
+pub fn perf_map_name(pid: u32) -> String {
+    format!("perf-{pid}.map")
+}
+
+pub fn jitdump_name(pid: u32) -> String {
+    format!("jit-{pid}.dump")
+}
+
+/// Creates a new file for writing: never overwrites, never follows a symlink.
+pub fn create_new(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+}
+
+fn write_new(path: &Path, text: &str) -> Result<()> {
+    let mut f = create_new(path).with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
+}
+
+fn escape_path(p: &str) -> String {
+    p.replace('%', "%25").replace('\n', "%0A").replace('\r', "%0D")
+}
+
+fn unescape_path(p: &str) -> String {
+    p.replace("%0A", "\n").replace("%0D", "\r").replace("%25", "%")
+}
+
+fn one_line(name: &str) -> String {
+    name.replace(['\n', '\r'], " ")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CapturedProcess {
+    pub nspid: u32,
+    pub uid: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapturedDso {
+    pub symfile: Option<String>,
+    pub maj: u32,
+    pub min: u32,
+    pub ino: u64,
+    pub build_id: Option<Vec<u8>>,
+    pub path: String,
+}
+
+/// A `symbols/` directory opened for reading.
+#[derive(Debug, Default)]
+pub struct CapturedDir {
+    pub dir: PathBuf,
+    pub processes: HashMap<u32, CapturedProcess>,
+    pub dsos: Vec<CapturedDso>,
+}
+
+fn read_text(path: &Path) -> Result<Option<String>> {
+    match open_regular_nofollow(path) {
+        Ok(mut f) => {
+            let mut s = String::new();
+            f.read_to_string(&mut s).with_context(|| format!("cannot read {}", path.display()))?;
+            Ok(Some(s))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+    }
+}
+
+fn content_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+}
+
+impl CapturedDir {
+    pub fn open(dir: &Path) -> Result<CapturedDir> {
+        if !dir.is_dir() {
+            anyhow::bail!("{} is not a directory of captured symbols", dir.display());
+        }
+        let mut out = CapturedDir { dir: dir.to_path_buf(), ..Default::default() };
+        if let Some(text) = read_text(&dir.join(PROCESSES_FILE))? {
+            for line in content_lines(&text) {
+                let f: Vec<&str> = line.split_whitespace().collect();
+                if let [pid, nspid, uid] = f[..] {
+                    if let (Ok(pid), Ok(nspid), Ok(uid)) = (pid.parse(), nspid.parse(), uid.parse()) {
+                        out.processes.insert(pid, CapturedProcess { nspid, uid });
+                    }
+                }
+            }
+        }
+        if let Some(text) = read_text(&dir.join(DSOS_FILE))? {
+            out.dsos = content_lines(&text).filter_map(parse_dso_line).collect();
+        }
+        Ok(out)
+    }
+
+    /// The captured entry for a mapped file: same identity, else same path and build-id, else the only entry with
+    /// that path.
+    pub fn find_dso(&self, id: &FileId) -> Option<&CapturedDso> {
+        let same_path = || self.dsos.iter().filter(|d| d.path == *id.path);
+        same_path()
+            .find(|d| {
+                d.maj == id.maj && d.min == id.min && d.ino == id.ino && d.build_id.as_deref() == id.build_id.as_deref()
+            })
+            .or_else(|| id.build_id.as_ref().and_then(|b| same_path().find(|d| d.build_id.as_deref() == Some(&b[..]))))
+            .or_else(|| if same_path().count() == 1 { same_path().next() } else { None })
+    }
+
+    pub fn load_dso_table(&self, symfile: &str) -> Result<RangeTable<Arc<LazyName>>> {
+        // Only names this directory's own index gave; never a path out of it.
+        if symfile.contains('/') || symfile.starts_with('.') {
+            anyhow::bail!("bad symbol file name {symfile:?} in {DSOS_FILE}");
+        }
+        let text = read_text(&self.dir.join(symfile))?.with_context(|| format!("{symfile} is missing"))?;
+        let ranges = content_lines(&text)
+            .filter_map(parse_line)
+            .map(|(start, end, name)| Range { start, end, value: Arc::new(LazyName::plain(Arc::from(name))) })
+            .collect();
+        Ok(RangeTable::from_unsorted(ranges))
+    }
+
+    pub fn load_kernel(&self) -> Result<Option<KernelSymbols>> {
+        let Some(text) = read_text(&self.dir.join(KERNEL_FILE))? else { return Ok(None) };
+        let hidden = text.lines().any(|l| l.trim() == "# hidden");
+        let mut modules: HashMap<String, Arc<str>> = HashMap::new();
+        let ranges = content_lines(&text)
+            .filter_map(|line| {
+                let mut f = line.splitn(4, ' ');
+                let start = parse_hex(f.next()?)?;
+                let size = parse_hex(f.next()?)?;
+                let module = f.next()?;
+                let name = f.next()?.trim();
+                let module = modules.entry(module.to_string()).or_insert_with(|| Arc::from(module)).clone();
+                Some(Range {
+                    start,
+                    end: start.checked_add(size)?,
+                    value: KernelSymbol { name: Arc::from(name), module },
+                })
+            })
+            .collect();
+        Ok(Some(KernelSymbols { table: RangeTable::from_unsorted(ranges), hidden }))
+    }
+
+    pub fn perf_map(&self, pid: u32) -> PathBuf {
+        self.dir.join(perf_map_name(pid))
+    }
+
+    pub fn jitdump(&self, pid: u32) -> PathBuf {
+        self.dir.join(jitdump_name(pid))
+    }
+}
+
+fn parse_dso_line(line: &str) -> Option<CapturedDso> {
+    let mut f = line.splitn(4, ' ');
+    let symfile = f.next()?;
+    let (maj, rest) = f.next()?.split_once(':')?;
+    let (min, ino) = rest.split_once(':')?;
+    let build_id = f.next()?;
+    let path = f.next()?;
+    Some(CapturedDso {
+        symfile: (symfile != "-").then(|| symfile.to_string()),
+        maj: maj.parse().ok()?,
+        min: min.parse().ok()?,
+        ino: ino.parse().ok()?,
+        build_id: if build_id == "-" { None } else { Some(unhex(build_id)?) },
+        path: unescape_path(path),
+    })
+}
+
+/// Symbols that were hit, by start: `(end, name)`.
+pub type HitSymbols = BTreeMap<u64, (u64, Arc<str>)>;
+
+/// What a symbolization run used, so a capture can save exactly that.
+#[derive(Debug, Default)]
+pub struct Usage {
+    /// Per mapped file with samples: `None` when it has no symbol table, else the symbols hit (file offsets).
+    pub dsos: HashMap<Arc<FileId>, Option<HitSymbols>>,
+    pub kernel: BTreeMap<u64, (u64, Arc<str>, Arc<str>)>,
+    pub kernel_hidden: bool,
+}
+
+/// Writes `processes.txt`.
+pub fn write_processes(dir: &Path, processes: &BTreeMap<u32, CapturedProcess>) -> Result<()> {
+    let mut text = String::from("# profcpu captured processes: HOSTPID NSPID UID\n");
+    for (pid, p) in processes {
+        text.push_str(&format!("{pid} {} {}\n", p.nspid, p.uid));
+    }
+    write_new(&dir.join(PROCESSES_FILE), &text)
+}
+
+/// Writes `dsos.txt`, `dso-N.syms` and `kernel.syms` from a run's usage; returns the bytes written.
+pub fn write_usage(dir: &Path, usage: &Usage) -> Result<u64> {
+    let mut written = 0u64;
+    let mut index = String::from("# profcpu captured files: SYMFILE MAJ:MIN:INO BUILDID PATH\n");
+    let mut dsos: Vec<_> = usage.dsos.iter().collect();
+    dsos.sort_by(|a, b| a.0.path.cmp(&b.0.path).then(a.0.ino.cmp(&b.0.ino)));
+    for (n, (id, symbols)) in dsos.into_iter().enumerate() {
+        let symfile = match symbols {
+            Some(symbols) => {
+                let name = format!("dso-{n}.syms");
+                let mut text = format!("# {}: FILEOFFSET SIZE NAME\n", one_line(&id.path));
+                for (start, (end, sym)) in symbols {
+                    text.push_str(&format!("{start:x} {:x} {}\n", end - start, one_line(sym)));
+                }
+                written += text.len() as u64;
+                write_new(&dir.join(&name), &text)?;
+                name
+            }
+            None => "-".to_string(),
+        };
+        let build_id = id.build_id.as_deref().map_or("-".to_string(), hex);
+        index.push_str(&format!("{symfile} {}:{}:{} {build_id} {}\n", id.maj, id.min, id.ino, escape_path(&id.path)));
+    }
+    written += index.len() as u64;
+    write_new(&dir.join(DSOS_FILE), &index)?;
+
+    let mut text = String::from("# profcpu captured kernel symbols: START SIZE MODULE NAME\n");
+    if usage.kernel_hidden {
+        text.push_str("# hidden\n");
+    }
+    for (start, (end, name, module)) in &usage.kernel {
+        text.push_str(&format!("{start:x} {:x} {module} {}\n", end - start, one_line(name)));
+    }
+    written += text.len() as u64;
+    write_new(&dir.join(KERNEL_FILE), &text)?;
+    Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("profcpu-captured-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn usage_round_trips_through_the_text_files() {
+        let dir = temp_dir("roundtrip");
+        let id = Arc::new(FileId {
+            path: Arc::from("/odd path/%with\nnewline/libcoreclr.so"),
+            maj: 8,
+            min: 1,
+            ino: 1234,
+            build_id: Some(Arc::from(&[0xde, 0xad, 0xbe, 0xef][..])),
+        });
+        let opaque = Arc::new(FileId {
+            path: Arc::from("/app/System.Private.CoreLib.dll"),
+            maj: 8,
+            min: 1,
+            ino: 9,
+            build_id: None,
+        });
+        let mut usage = Usage::default();
+        let mut syms = BTreeMap::new();
+        syms.insert(0x1000, (0x1080, Arc::from("WKS::gc_heap::mark_object_simple")));
+        syms.insert(0x2000, (0x2010, Arc::from("name with spaces")));
+        usage.dsos.insert(id.clone(), Some(syms));
+        usage.dsos.insert(opaque.clone(), None);
+        usage.kernel.insert(
+            0xffffffff81000000,
+            (0xffffffff81000100, Arc::from("do_syscall_64"), Arc::from("[kernel.kallsyms]")),
+        );
+        usage.kernel.insert(0xffffffffc0000000, (0xffffffffc0000010, Arc::from("ext4_readdir"), Arc::from("[ext4]")));
+        write_usage(&dir, &usage).unwrap();
+        let mut procs = BTreeMap::new();
+        procs.insert(4242, CapturedProcess { nspid: 1, uid: 0 });
+        write_processes(&dir, &procs).unwrap();
+
+        let c = CapturedDir::open(&dir).unwrap();
+        assert_eq!(c.processes[&4242], CapturedProcess { nspid: 1, uid: 0 });
+        let entry = c.find_dso(&id).unwrap();
+        assert_eq!(entry.path, *id.path);
+        let table = c.load_dso_table(entry.symfile.as_ref().unwrap()).unwrap();
+        assert_eq!(table.lookup(0x107f).unwrap().value.get().as_ref(), "WKS::gc_heap::mark_object_simple");
+        assert_eq!(table.lookup(0x2000).unwrap().value.get().as_ref(), "name with spaces");
+        assert!(table.lookup(0x1080).is_none());
+        assert!(c.find_dso(&opaque).unwrap().symfile.is_none());
+        let k = c.load_kernel().unwrap().unwrap();
+        assert!(!k.hidden);
+        let ext4 = &k.table.lookup(0xffffffffc0000005).unwrap().value;
+        assert_eq!((ext4.name.as_ref(), ext4.module.as_ref()), ("ext4_readdir", "[ext4]"));
+        // Written files are never overwritten.
+        assert!(write_usage(&dir, &usage).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn lookups_by_build_id_or_unique_path() {
+        let c = CapturedDir {
+            dsos: vec![
+                CapturedDso { symfile: None, maj: 1, min: 2, ino: 3, build_id: Some(vec![1, 2]), path: "/a.so".into() },
+                CapturedDso { symfile: None, maj: 1, min: 2, ino: 4, build_id: None, path: "/b.so".into() },
+                CapturedDso { symfile: None, maj: 1, min: 2, ino: 5, build_id: None, path: "/b.so".into() },
+            ],
+            ..Default::default()
+        };
+        let id = |path: &str, ino, build_id: Option<&[u8]>| FileId {
+            path: Arc::from(path),
+            maj: 9,
+            min: 9,
+            ino,
+            build_id: build_id.map(Arc::from),
+        };
+        assert_eq!(c.find_dso(&id("/a.so", 77, Some(&[1, 2]))).unwrap().ino, 3);
+        assert_eq!(c.find_dso(&id("/a.so", 77, None)).unwrap().ino, 3);
+        assert!(c.find_dso(&id("/b.so", 77, None)).is_none(), "ambiguous path must not guess");
+        assert!(c.find_dso(&id("/c.so", 3, None)).is_none());
+    }
+
+    #[test]
+    fn hostile_index_entries_are_refused() {
+        let dir = temp_dir("hostile");
+        std::fs::write(dir.join(DSOS_FILE), "../../etc/passwd 1:2:3 - /x\nbad line\n- 1:2 - /y\n").unwrap();
+        let c = CapturedDir::open(&dir).unwrap();
+        assert_eq!(c.dsos.len(), 1);
+        assert!(c.load_dso_table(c.dsos[0].symfile.as_ref().unwrap()).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn random_and_mutated_index_lines_never_panic() {
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0007);
+        for input in rng.inputs(&[b"dso-0.syms 8:1:1234 deadbeef /odd%25path/lib.so", b"- 0:0:0 - x"], 3000) {
+            let _ = parse_dso_line(&String::from_utf8_lossy(&input));
+        }
+    }
+}

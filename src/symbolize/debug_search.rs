@@ -1,0 +1,227 @@
+//! Finding the split debug file of a stripped binary, in the order GDB/perf users (and `dotnet-symbol`) place them:
+//!
+//! 1. `<path>.dbg` (dotnet-symbol next to the binary)   2. `<path>.debug`
+//! 3. `<dir>/<debuglink>`                             4. `<dir>/.debug/<debuglink>`
+//! 5. `/usr/lib/debug/<dir>/<debuglink>`              6. `/usr/lib/debug/.build-id/xx/rest.debug`
+//! 7. `/usr/lib/debug/<path>.debug`
+//!
+//! each first inside the target's root (`/proc/<pid>/root`, resolved safely), then on the host. Extra symbol roots
+//! (`-symbols DIR`) are searched like `/usr/lib/debug` (5–7), plus `DIR/<debuglink>` for a flat dotnet-symbol
+//! `--output DIR`. Every candidate must match the binary's build-id (or, without one, the debuglink CRC): a debug
+//! file of another build would name every frame wrongly.
+
+use super::elf::{self, ElfInfo};
+use super::root_path;
+use object::ReadCache;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// Where to look, outermost first.
+#[derive(Debug, Clone, Default)]
+pub struct SearchRoots {
+    /// The target's root (`/proc/<pid>/root`), searched with the safe resolver.
+    pub target_root: Option<PathBuf>,
+    /// Whether the host's own files may be searched.
+    pub host: bool,
+    pub extra: Vec<PathBuf>,
+}
+
+/// Candidate paths (as the binary's filesystem sees them) for the binary at `path` in the documented order.
+pub fn candidates(path: &str, info: &ElfInfo) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let p = Path::new(path);
+    let dir = p.parent().unwrap_or(Path::new("/"));
+    let rel_dir = dir.strip_prefix("/").unwrap_or(dir);
+    let rel_path = p.strip_prefix("/").unwrap_or(p);
+    out.push(PathBuf::from(format!("{path}.dbg")));
+    out.push(PathBuf::from(format!("{path}.debug")));
+    if let Some((link, _)) = &info.debuglink {
+        out.push(dir.join(link));
+        out.push(dir.join(".debug").join(link));
+        out.push(Path::new("/usr/lib/debug").join(rel_dir).join(link));
+    }
+    if let Some(id) = build_id_path(info) {
+        out.push(Path::new("/usr/lib/debug").join(id));
+    }
+    out.push(Path::new("/usr/lib/debug").join(format!("{}.debug", rel_path.display())));
+    out
+}
+
+/// `.build-id/xx/rest.debug` for the binary's build-id.
+fn build_id_path(info: &ElfInfo) -> Option<PathBuf> {
+    let id = info.build_id.as_ref().filter(|id| id.len() >= 2)?;
+    let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    Some(PathBuf::from(format!(".build-id/{}/{}.debug", &hex[..2], &hex[2..])))
+}
+
+/// Candidates under an extra root, searched like `/usr/lib/debug`.
+fn extra_candidates(root: &Path, path: &str, info: &ElfInfo) -> Vec<PathBuf> {
+    let p = Path::new(path);
+    let rel_path = p.strip_prefix("/").unwrap_or(p);
+    let rel_dir = rel_path.parent().unwrap_or(Path::new(""));
+    let mut out = Vec::new();
+    if let Some((link, _)) = &info.debuglink {
+        out.push(root.join(rel_dir).join(link));
+    }
+    if let Some(id) = build_id_path(info) {
+        out.push(root.join(id));
+    }
+    out.push(root.join(format!("{}.debug", rel_path.display())));
+    if let Some((link, _)) = &info.debuglink {
+        out.push(root.join(link));
+    }
+    out
+}
+
+/// A verified debug file, read on demand, and where it was found (for logs).
+pub struct DebugFile {
+    pub data: ReadCache<File>,
+    pub found_at: PathBuf,
+}
+
+/// Why candidates were rejected, for the log when nothing is found.
+#[derive(Debug, Default)]
+pub struct SearchReport {
+    pub rejected: Vec<String>,
+}
+
+pub fn find_debug_file(
+    path: &str,
+    info: &ElfInfo,
+    roots: &SearchRoots,
+    report: &mut SearchReport,
+) -> Option<DebugFile> {
+    let mut tries: Vec<(PathBuf, Option<&Path>)> = Vec::new();
+    let base = candidates(path, info);
+    if let Some(root) = &roots.target_root {
+        tries.extend(base.iter().map(|c| (c.clone(), Some(root.as_path()))));
+    }
+    if roots.host {
+        tries.extend(base.iter().map(|c| (c.clone(), None)));
+    }
+    for extra in &roots.extra {
+        tries.extend(extra_candidates(extra, path, info).into_iter().map(|c| (c, None)));
+    }
+    for (candidate, root) in tries {
+        let opened = match root {
+            Some(root) => root_path::open_in_root(root, &candidate),
+            None => root_path::open_regular_nofollow(&candidate),
+        };
+        let Ok(file) = opened else { continue };
+        let Ok(for_crc) = file.try_clone() else { continue };
+        let data = ReadCache::new(file);
+        if !elf::is_elf(&data) {
+            continue;
+        }
+        let shown = match root {
+            Some(r) => r.join(candidate.strip_prefix("/").unwrap_or(&candidate)),
+            None => candidate.clone(),
+        };
+        match verify(info, &data, &for_crc) {
+            Ok(()) => return Some(DebugFile { data, found_at: shown }),
+            Err(why) => report.rejected.push(format!("{}: {why}", shown.display())),
+        }
+    }
+    None
+}
+
+/// Whether `data` is the debug file of the binary described by `info`.
+pub fn verify(info: &ElfInfo, data: &ReadCache<File>, file: &File) -> Result<(), String> {
+    let debug = elf::inspect(data).map_err(|e| e.to_string())?;
+    if let Some(want) = &info.build_id {
+        return match &debug.build_id {
+            Some(got) if got == want => check_has_symbols(&debug),
+            Some(_) => Err("build-id differs".into()),
+            None => Err("has no build-id".into()),
+        };
+    }
+    if let Some((_, crc)) = &info.debuglink {
+        match elf::debuglink_crc_of(file) {
+            Ok(got) if got == *crc => {}
+            Ok(_) => return Err("debuglink CRC differs".into()),
+            Err(e) => return Err(format!("unreadable: {e}")),
+        }
+    }
+    // Neither a build-id nor a debuglink: nothing to check against, the name is all we have.
+    check_has_symbols(&debug)
+}
+
+fn check_has_symbols(debug: &ElfInfo) -> Result<(), String> {
+    if debug.has_symtab_functions {
+        Ok(())
+    } else {
+        Err("has no function symbols".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(build_id: Option<&[u8]>, link: Option<&str>) -> ElfInfo {
+        ElfInfo {
+            build_id: build_id.map(<[u8]>::to_vec),
+            debuglink: link.map(|l| (l.to_string(), 0)),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn candidate_order_is_the_documented_one() {
+        let i = info(Some(&[0xab, 0xcd, 0xef]), Some("libcoreclr.so.dbg"));
+        let c: Vec<String> =
+            candidates("/usr/share/dotnet/libcoreclr.so", &i).iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(
+            c,
+            [
+                "/usr/share/dotnet/libcoreclr.so.dbg",
+                "/usr/share/dotnet/libcoreclr.so.debug",
+                "/usr/share/dotnet/libcoreclr.so.dbg",
+                "/usr/share/dotnet/.debug/libcoreclr.so.dbg",
+                "/usr/lib/debug/usr/share/dotnet/libcoreclr.so.dbg",
+                "/usr/lib/debug/.build-id/ab/cdef.debug",
+                "/usr/lib/debug/usr/share/dotnet/libcoreclr.so.debug",
+            ]
+        );
+        let e: Vec<String> = extra_candidates(Path::new("/syms"), "/usr/share/dotnet/libcoreclr.so", &i)
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        assert_eq!(
+            e,
+            [
+                "/syms/usr/share/dotnet/libcoreclr.so.dbg",
+                "/syms/.build-id/ab/cdef.debug",
+                "/syms/usr/share/dotnet/libcoreclr.so.debug",
+                "/syms/libcoreclr.so.dbg",
+            ]
+        );
+    }
+
+    #[test]
+    fn without_build_id_or_link_only_path_based_candidates() {
+        let c = candidates("/bin/app", &info(None, None));
+        assert_eq!(c, [PathBuf::from("/bin/app.dbg"), "/bin/app.debug".into(), "/usr/lib/debug/bin/app.debug".into()]);
+        // Hostile debuglink names with slashes are dropped when the ELF is read (see elf::inspect); a one-byte
+        // build-id cannot form a .build-id path.
+        assert!(build_id_path(&info(Some(&[1]), None)).is_none());
+    }
+
+    #[test]
+    fn verification_rejects_other_builds() {
+        let me_bytes = std::fs::read("/proc/self/exe").unwrap();
+        let file = File::open("/proc/self/exe").unwrap();
+        let me = ReadCache::new(file.try_clone().unwrap());
+        let mine = elf::inspect(&me).unwrap();
+        if mine.build_id.is_some() {
+            assert!(verify(&mine, &me, &file).is_ok());
+            let other = info(Some(&[1, 2, 3, 4]), None);
+            assert_eq!(verify(&other, &me, &file).unwrap_err(), "build-id differs");
+        }
+        let crc = elf::debuglink_crc(&me_bytes);
+        let by_crc = ElfInfo { debuglink: Some(("x".into(), crc)), ..Default::default() };
+        assert!(verify(&by_crc, &me, &file).is_ok());
+        let bad_crc = ElfInfo { debuglink: Some(("x".into(), crc ^ 1)), ..Default::default() };
+        assert_eq!(verify(&bad_crc, &me, &file).unwrap_err(), "debuglink CRC differs");
+    }
+}

@@ -1,0 +1,112 @@
+//! Symbol names as a reader expects them: C++ (Itanium ABI, `_Z…`) and Rust (`_R…`, legacy `_ZN…17h<hash>E`) names
+//! demangled the way `perf report` shows them by default — without parameter lists and return types, so overloads
+//! of one function merge in a flame graph the same way they do in perf.
+//!
+//! Demangling is lazy (a [`LazyName`] demangles on first use): a DSO like libcoreclr has tens of thousands of
+//! symbols and a profile hits a few hundred.
+
+use std::sync::{Arc, OnceLock};
+
+/// Names longer than this are left mangled: no real symbol is that long and the demangler's work grows with it.
+const MAX_MANGLED_LEN: usize = 8192;
+const RECURSION_LIMIT: u32 = 256;
+
+pub fn demangle(raw: &str) -> Option<String> {
+    if raw.len() > MAX_MANGLED_LEN {
+        return None;
+    }
+    if raw.starts_with("_R") || (raw.starts_with("_ZN") && looks_like_rust_legacy(raw)) {
+        if let Ok(d) = rustc_demangle::try_demangle(raw) {
+            return Some(format!("{d:#}"));
+        }
+    }
+    if raw.starts_with("_Z") {
+        let parse = cpp_demangle::ParseOptions::default().recursion_limit(RECURSION_LIMIT);
+        let sym = cpp_demangle::Symbol::new_with_options(raw, &parse).ok()?;
+        let opts = cpp_demangle::DemangleOptions::new().no_params().no_return_type().recursion_limit(RECURSION_LIMIT);
+        return sym.demangle_with_options(&opts).ok().filter(|s| !s.is_empty());
+    }
+    None
+}
+
+/// Legacy Rust symbols are valid C++ manglings too; the trailing `17h<16 hex digits>E` hash tells them apart.
+fn looks_like_rust_legacy(raw: &str) -> bool {
+    let core = raw.split('.').next().unwrap_or(raw);
+    let Some(body) = core.strip_suffix('E').map(str::as_bytes) else { return false };
+    body.len() > 20
+        && body[body.len() - 19..].starts_with(b"17h")
+        && body[body.len() - 16..].iter().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A symbol name stored as found, demangled the first time it is shown.
+#[derive(Debug)]
+pub struct LazyName {
+    raw: Box<str>,
+    shown: OnceLock<Arc<str>>,
+}
+
+impl LazyName {
+    pub fn mangled(raw: &str) -> LazyName {
+        LazyName { raw: raw.into(), shown: OnceLock::new() }
+    }
+
+    /// A name that needs no demangling (already demangled, or from a JIT).
+    pub fn plain(name: Arc<str>) -> LazyName {
+        LazyName { raw: Box::from(""), shown: OnceLock::from(name) }
+    }
+
+    pub fn get(&self) -> Arc<str> {
+        self.shown.get_or_init(|| demangle(&self.raw).map(Arc::from).unwrap_or_else(|| Arc::from(&*self.raw))).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpp_names_lose_parameters_like_perf_shows_them() {
+        assert_eq!(
+            demangle("_ZN18MethodDescCallSite16CallTargetWorkerEPKmPmi").unwrap(),
+            "MethodDescCallSite::CallTargetWorker"
+        );
+        assert_eq!(demangle("_ZN3WKS7gc_heap18mark_object_simpleEPPh").unwrap(), "WKS::gc_heap::mark_object_simple");
+        assert_eq!(
+            demangle("_ZNSt6vectorIiSaIiEE9push_backERKi").unwrap(),
+            "std::vector<int, std::allocator<int> >::push_back"
+        );
+    }
+
+    #[test]
+    fn rust_names_lose_the_hash() {
+        assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE").unwrap(), "core::fmt::write");
+        assert_eq!(demangle("_RNvCs1234_7mycrate3foo").unwrap(), "mycrate::foo");
+    }
+
+    #[test]
+    fn plain_and_broken_names_stay_as_they_are() {
+        assert_eq!(demangle("main"), None);
+        assert_eq!(demangle("_Z"), None);
+        assert_eq!(demangle("_ZN"), None);
+        assert_eq!(LazyName::mangled("_Zzzz").get().as_ref(), "_Zzzz");
+        assert_eq!(LazyName::mangled("memcpy").get().as_ref(), "memcpy");
+        // Hostile nesting must neither panic nor overflow the stack (the test process would die).
+        for hostile in [format!("_Z{}", "N1a".repeat(2000)), format!("_Z1fI{}E", "PFv".repeat(3000)), "_Z".repeat(5000)]
+        {
+            let _ = demangle(&hostile);
+        }
+    }
+
+    #[test]
+    fn random_and_mutated_names_never_panic() {
+        let seeds: [&[u8]; 3] = [
+            b"_ZN3WKS7gc_heap18mark_object_simpleEPPh",
+            b"_ZN4core3fmt5write17h0123456789abcdefE",
+            b"_RNvCs1234_7mycrate3foo",
+        ];
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0005);
+        for input in rng.inputs(&seeds, 5000) {
+            let _ = LazyName::mangled(&String::from_utf8_lossy(&input)).get();
+        }
+    }
+}

@@ -1,0 +1,100 @@
+//! The symbols of one mapped file: its `.symtab`; else a verified split debug file's; else its `.dynsym`. A file
+//! that is not ELF (a ReadyToRun `.dll`, a data file) is "opaque": its frames keep module and offset.
+
+use super::debug_search::{self, SearchReport, SearchRoots};
+use super::demangle::LazyName;
+use super::elf::{self, SymbolSource};
+use super::ranges::RangeTable;
+use object::ReadCache;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+#[derive(Debug)]
+pub enum DsoSymbols {
+    /// Function symbols keyed by file offset.
+    Elf { table: RangeTable<Arc<LazyName>>, origin: Origin },
+    /// Not ELF, or unusable: `reason` says why (for the log).
+    Opaque { reason: String },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    Symtab,
+    DebugFile(PathBuf),
+    Dynsym,
+    /// A table saved by a capture.
+    Captured,
+    /// profcpu's own vDSO (same kernel).
+    Vdso,
+}
+
+/// Loads the symbols of `file`, the binary the target mapped at `path`. `expected_build_id` (from the recording)
+/// guards against a file replaced since.
+pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Option<&[u8]>) -> DsoSymbols {
+    let data = ReadCache::new(file);
+    if !elf::is_elf(&data) {
+        return DsoSymbols::Opaque { reason: "not an ELF file".into() };
+    }
+    let info = match elf::inspect(&data) {
+        Ok(info) => info,
+        Err(e) => return DsoSymbols::Opaque { reason: format!("{e:#}") },
+    };
+    if let (Some(want), Some(got)) = (expected_build_id, &info.build_id) {
+        if want != got.as_slice() {
+            return DsoSymbols::Opaque {
+                reason: "its build-id differs from the recording's (the file was replaced since)".into(),
+            };
+        }
+    }
+    if info.has_symtab_functions {
+        let table = elf::function_symbols(&data, SymbolSource::Symtab, &info.loads).unwrap_or_default();
+        return DsoSymbols::Elf { table, origin: Origin::Symtab };
+    }
+    let mut report = SearchReport::default();
+    if let Some(found) = debug_search::find_debug_file(path, &info, roots, &mut report) {
+        let t = elf::function_symbols(&found.data, SymbolSource::Symtab, &info.loads).unwrap_or_default();
+        if !t.is_empty() {
+            tracing::debug!("{path}: symbols from {}", found.found_at.display());
+            return DsoSymbols::Elf { table: t, origin: Origin::DebugFile(found.found_at) };
+        }
+    }
+    for why in &report.rejected {
+        tracing::info!("{path}: debug file candidate rejected: {why}");
+    }
+    let table = elf::function_symbols(&data, SymbolSource::Dynsym, &info.loads).unwrap_or_default();
+    DsoSymbols::Elf { table, origin: Origin::Dynsym }
+}
+
+/// The vDSO mapped into this process: the image every process gets from the running kernel, so it names the
+/// target's `[vdso]` frames when the recording was made on this kernel.
+pub fn own_vdso() -> DsoSymbols {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    let range = maps.lines().filter(|l| l.ends_with("[vdso]")).find_map(|l| {
+        let (start, end) = l.split_whitespace().next()?.split_once('-')?;
+        Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
+    });
+    let Some((start, end)) = range.filter(|(s, e)| e > s) else {
+        return DsoSymbols::Opaque { reason: "this process has no vDSO".into() };
+    };
+    // SAFETY: the kernel maps [vdso] readable for the whole life of the process at exactly this range, and never
+    // changes it.
+    let image = unsafe { std::slice::from_raw_parts(start as usize as *const u8, (end - start) as usize) };
+    let Ok(info) = elf::inspect(image) else {
+        return DsoSymbols::Opaque { reason: "the vDSO is not a readable ELF image".into() };
+    };
+    let source = if info.has_symtab_functions { SymbolSource::Symtab } else { SymbolSource::Dynsym };
+    let table = elf::function_symbols(image, source, &info.loads).unwrap_or_default();
+    DsoSymbols::Elf { table, origin: Origin::Vdso }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn own_vdso_names_clock_gettime() {
+        let DsoSymbols::Elf { table, .. } = own_vdso() else { panic!("no vDSO symbols") };
+        assert!(table.iter().any(|r| r.value.get().contains("clock_gettime")), "{} symbols", table.len());
+    }
+}

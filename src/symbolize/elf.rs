@@ -1,0 +1,254 @@
+//! Function symbols of an ELF file (`.symtab`, else `.dynsym`), its build-id and debuglink, and its loadable
+//! segments, which turn a file offset (what a mapping tells us) into the link-time address symbols are given in.
+//!
+//! Symbols are returned in *file-offset* space: `addr - mapping.start + mapping.pgoff` is then all a lookup needs,
+//! whatever the load bias (PIE executables, shared libraries), and captured tables keep the same key.
+
+use super::demangle::LazyName;
+use super::ranges::{Range, RangeTable};
+use anyhow::{Context, Result};
+use object::{Object, ObjectSegment, ObjectSymbol, ReadRef, SymbolKind, SymbolSection};
+use std::sync::Arc;
+
+pub const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
+/// Size given to a last zero-size symbol, which has no successor to end it.
+const OPEN_ENDED_SIZE: u64 = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LoadSegment {
+    pub offset: u64,
+    pub vaddr: u64,
+    pub filesz: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ElfInfo {
+    pub build_id: Option<Vec<u8>>,
+    /// `.gnu_debuglink`: file name of the split debug file and the CRC-32 of its contents.
+    pub debuglink: Option<(String, u32)>,
+    pub loads: Vec<LoadSegment>,
+    /// Whether `.symtab` holds any function.
+    pub has_symtab_functions: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SymbolSource {
+    Symtab,
+    Dynsym,
+}
+
+/// Whether the bytes start like an ELF file (cheap check before parsing; .NET maps many PE files too).
+pub fn is_elf<'data, R: ReadRef<'data>>(data: R) -> bool {
+    data.read_bytes_at(0, 4).is_ok_and(|m| m == ELF_MAGIC)
+}
+
+/// Reads headers, notes and the symbol table's presence. `data` is a byte slice or an `object::ReadCache` over a
+/// file, which reads only the parts that are needed (a full debug file can be hundreds of MB).
+pub fn inspect<'data, R: ReadRef<'data>>(data: R) -> Result<ElfInfo> {
+    let file = object::File::parse(data).context("unreadable ELF")?;
+    let build_id = file.build_id().ok().flatten().filter(|b| !b.is_empty()).map(<[u8]>::to_vec);
+    let debuglink = file
+        .gnu_debuglink()
+        .ok()
+        .flatten()
+        .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc))
+        .filter(|(name, _)| !name.is_empty() && !name.contains('/'));
+    let mut loads: Vec<LoadSegment> = file
+        .segments()
+        .map(|s| {
+            let (offset, filesz) = s.file_range();
+            LoadSegment { offset, vaddr: s.address(), filesz }
+        })
+        .filter(|s| s.filesz > 0)
+        .collect();
+    loads.sort_by_key(|s| s.vaddr);
+    let has_symtab_functions = file.symbols().any(|s| is_function(&s));
+    Ok(ElfInfo { build_id, debuglink, loads, has_symtab_functions })
+}
+
+fn is_function<'data, S: ObjectSymbol<'data>>(s: &S) -> bool {
+    if !s.is_definition() || s.address() == 0 || !matches!(s.section(), SymbolSection::Section(_)) {
+        return false;
+    }
+    match s.kind() {
+        SymbolKind::Text => true,
+        // Assembly labels without a type (perf keeps these as well), but not compiler-local ones.
+        SymbolKind::Unknown => {
+            s.name_bytes().is_ok_and(|n| !n.is_empty() && !n.starts_with(b".L") && !n.starts_with(b"$"))
+        }
+        _ => false,
+    }
+}
+
+/// Preference among symbols at one address (lower wins): sized over zero-size, functions over labels, global over
+/// weak over local, fewer leading underscores (`memcpy` over `__memcpy_avx_unaligned`), shorter.
+type Rank = (bool, bool, u8, usize, usize);
+
+fn rank<'data, S: ObjectSymbol<'data>>(s: &S, name: &str) -> Rank {
+    let binding = if s.is_global() {
+        0
+    } else if s.is_weak() {
+        1
+    } else {
+        2
+    };
+    let underscores = name.bytes().take_while(|&b| b == b'_').count();
+    (s.size() == 0, s.kind() != SymbolKind::Text, binding, underscores, name.len())
+}
+
+/// The file's function symbols from the given table, keyed by file offset (via `segments`, normally the file's own
+/// PT_LOADs; a split debug file is read with the *binary's* segments).
+pub fn function_symbols<'data, R: ReadRef<'data>>(
+    data: R,
+    source: SymbolSource,
+    segments: &[LoadSegment],
+) -> Result<RangeTable<Arc<LazyName>>> {
+    let file = object::File::parse(data).context("unreadable ELF")?;
+    let iter = match source {
+        SymbolSource::Symtab => file.symbols(),
+        SymbolSource::Dynsym => file.dynamic_symbols(),
+    };
+    // (file offset, size, preference, name)
+    let mut found: Vec<(u64, u64, Rank, &'data str)> = Vec::new();
+    for s in iter {
+        if !is_function(&s) {
+            continue;
+        }
+        let Ok(name) = s.name() else { continue };
+        // Versioned dynamic names (`memcpy@@GLIBC_2.14`) read better without the version.
+        let name = name.split("@@").next().unwrap_or(name);
+        let Some(offset) = vaddr_to_offset(segments, s.address()) else { continue };
+        found.push((offset, s.size(), rank(&s, name), name));
+    }
+    found.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
+    found.dedup_by_key(|f| f.0);
+    let mut ranges = Vec::with_capacity(found.len());
+    for i in 0..found.len() {
+        let (start, size, _, name) = found[i];
+        let end = if size > 0 {
+            start.saturating_add(size)
+        } else {
+            found.get(i + 1).map_or(start.saturating_add(OPEN_ENDED_SIZE), |next| next.0)
+        };
+        ranges.push(Range { start, end, value: Arc::new(LazyName::mangled(name)) });
+    }
+    Ok(RangeTable::from_unsorted(ranges))
+}
+
+pub fn vaddr_to_offset(segments: &[LoadSegment], vaddr: u64) -> Option<u64> {
+    segments.iter().find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz).map(|s| vaddr - s.vaddr + s.offset)
+}
+
+/// CRC-32 as `.gnu_debuglink` uses it (the zlib polynomial), over a bytes slice.
+#[cfg(test)]
+pub fn debuglink_crc(data: &[u8]) -> u32 {
+    let mut crc = flate2::Crc::new();
+    crc.update(data);
+    crc.sum()
+}
+
+/// The debuglink CRC of a whole file, read in chunks.
+pub fn debuglink_crc_of(mut file: &std::fs::File) -> std::io::Result<u32> {
+    use std::io::{Read, Seek};
+    file.seek(std::io::SeekFrom::Start(0))?;
+    let mut crc = flate2::Crc::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(crc.sum());
+        }
+        crc.update(&buf[..n]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_exe() -> Vec<u8> {
+        std::fs::read("/proc/self/exe").unwrap()
+    }
+
+    #[test]
+    fn reads_this_test_binary() {
+        let data = self_exe();
+        let info = inspect(&data[..]).unwrap();
+        assert!(!info.loads.is_empty());
+        assert!(info.has_symtab_functions, "test binaries keep .symtab");
+        let table = function_symbols(&data[..], SymbolSource::Symtab, &info.loads).unwrap();
+        assert!(table.len() > 100);
+        // This very function must be findable by its own file offset.
+        let me = reads_this_test_binary as *const () as u64;
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let (start, pgoff) = maps
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let range = f.next()?;
+                let (s, e) = range.split_once('-')?;
+                let (s, e) = (u64::from_str_radix(s, 16).ok()?, u64::from_str_radix(e, 16).ok()?);
+                let off = u64::from_str_radix(f.nth(1)?, 16).ok()?;
+                (me >= s && me < e).then_some((s, off))
+            })
+            .unwrap();
+        let name = table.lookup(me - start + pgoff).unwrap().value.get();
+        assert!(name.contains("reads_this_test_binary"), "{name}");
+    }
+
+    #[test]
+    fn offsets_map_through_load_segments() {
+        let segs = [
+            LoadSegment { offset: 0, vaddr: 0, filesz: 0x1000 },
+            LoadSegment { offset: 0x1000, vaddr: 0x401000, filesz: 0x2000 },
+        ];
+        assert_eq!(vaddr_to_offset(&segs, 0x401010), Some(0x1010));
+        assert_eq!(vaddr_to_offset(&segs, 0x403000), None);
+        assert_eq!(vaddr_to_offset(&segs, 0x10), Some(0x10));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        assert!(inspect(&b"\x7fELF\x02\x01\x01"[..]).is_err());
+        assert!(inspect(&b""[..]).is_err());
+        let mut data = self_exe();
+        data.truncate(4096);
+        // A truncated ELF may parse partially or fail; either way it must not panic.
+        if let Ok(info) = inspect(&data[..]) {
+            let _ = function_symbols(&data[..], SymbolSource::Symtab, &info.loads);
+        }
+    }
+
+    #[test]
+    fn crc_matches_the_standard_check_value() {
+        assert_eq!(debuglink_crc(b"123456789"), 0xCBF4_3926);
+        let exe = std::fs::File::open("/proc/self/exe").unwrap();
+        assert_eq!(debuglink_crc_of(&exe).unwrap(), debuglink_crc(&self_exe()));
+    }
+
+    #[test]
+    fn a_read_cache_over_a_file_gives_the_same_symbols() {
+        let data = self_exe();
+        let info = inspect(&data[..]).unwrap();
+        let cache = object::ReadCache::new(std::fs::File::open("/proc/self/exe").unwrap());
+        assert!(is_elf(&cache));
+        assert_eq!(inspect(&cache).unwrap(), info);
+        let a = function_symbols(&data[..], SymbolSource::Symtab, &info.loads).unwrap();
+        let b = function_symbols(&cache, SymbolSource::Symtab, &info.loads).unwrap();
+        assert_eq!(a.len(), b.len());
+    }
+
+    #[test]
+    fn mutated_elf_files_never_panic() {
+        // The headers and tables of a real ELF, damaged: parsing may fail, but never panic.
+        let data = self_exe();
+        let head = &data[..data.len().min(64 * 1024)];
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0006);
+        for input in rng.inputs(&[head, b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0"], 400) {
+            if let Ok(info) = inspect(&input[..]) {
+                let _ = function_symbols(&input[..], SymbolSource::Symtab, &info.loads);
+                let _ = function_symbols(&input[..], SymbolSource::Dynsym, &info.loads);
+            }
+        }
+    }
+}

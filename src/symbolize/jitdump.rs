@@ -1,0 +1,427 @@
+//! The jitdump a JIT writes to `jit-<pid>.dump` (spec: linux `tools/perf/Documentation/jitdump-specification.txt`):
+//! a file header, then records `{u32 id, u32 total_size, u64 timestamp}` + body. CODE_LOAD names a code range from
+//! its timestamp on; CODE_MOVE moves one. Because every record is timestamped (CLOCK_MONOTONIC, like a
+//! `use_clockid` recording), a sample is named by the code that occupied its address *at the sample's time*, which
+//! a perf map cannot do when a JIT reuses memory.
+//!
+//! The file is written by the process we profile, so it is parsed defensively: a truncated or corrupt file yields
+//! whatever complete records precede the damage, plus a warning.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+const MAGIC: u32 = 0x4A69_5444;
+const MAGIC_SWAPPED: u32 = 0x4454_694A;
+const FILE_HEADER_SIZE: usize = 40;
+const RECORD_HEADER_SIZE: usize = 16;
+const JIT_CODE_LOAD: u32 = 0;
+const JIT_CODE_MOVE: u32 = 1;
+const JIT_CODE_CLOSE: u32 = 3;
+/// Header flag: timestamps are raw TSC values, not CLOCK_MONOTONIC.
+const FLAG_ARCH_TIMESTAMP: u64 = 1;
+/// No JIT emits a single method this large; a bigger size means a corrupt record.
+const MAX_CODE_SIZE: u64 = 1 << 30;
+
+/// One method's code at one place for a span of time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JitCode {
+    pub start: u64,
+    pub end: u64,
+    /// Timestamp from which the code is at this address.
+    pub from: u64,
+    /// Timestamp at which other code replaced it (or it moved); `u64::MAX` while still there.
+    pub until: u64,
+    pub name: Arc<str>,
+}
+
+#[derive(Debug, Default)]
+pub struct JitDump {
+    /// Sorted by start; may overlap (different times).
+    codes: Vec<JitCode>,
+    max_size: u64,
+    pub pid: u32,
+    pub loads: usize,
+    pub moves: usize,
+    /// False when the timestamps cannot be compared with sample times (TSC flag): the latest code wins.
+    pub timed: bool,
+    /// Bytes of a last record that is incomplete: the file was cut short, or read while the JIT was writing it.
+    pub incomplete_tail: Option<usize>,
+    /// Corruption and unusable records.
+    pub warnings: Vec<String>,
+}
+
+struct Reader<'a> {
+    bytes: &'a [u8],
+    swapped: bool,
+}
+
+impl Reader<'_> {
+    fn u32(&self, at: usize) -> Option<u32> {
+        let v = u32::from_ne_bytes(self.bytes.get(at..at.checked_add(4)?)?.try_into().ok()?);
+        Some(if self.swapped { v.swap_bytes() } else { v })
+    }
+
+    fn u64(&self, at: usize) -> Option<u64> {
+        let v = u64::from_ne_bytes(self.bytes.get(at..at.checked_add(8)?)?.try_into().ok()?);
+        Some(if self.swapped { v.swap_bytes() } else { v })
+    }
+}
+
+enum Event {
+    Load { start: u64, size: u64, name: Arc<str> },
+    Move { old: u64, new: u64, size: u64 },
+}
+
+impl JitDump {
+    pub fn parse(bytes: &[u8]) -> JitDump {
+        let mut dump = JitDump { timed: true, ..Default::default() };
+        let magic = Reader { bytes, swapped: false }.u32(0);
+        let swapped = match magic {
+            Some(MAGIC) => false,
+            Some(MAGIC_SWAPPED) => true,
+            Some(_) => {
+                dump.warnings.push("not a jitdump (bad magic)".into());
+                return dump;
+            }
+            None => {
+                dump.warnings.push("jitdump is empty or truncated before its header".into());
+                return dump;
+            }
+        };
+        let r = Reader { bytes, swapped };
+        let (Some(header_size), Some(pid), Some(flags)) = (r.u32(8), r.u32(20), r.u64(32)) else {
+            dump.warnings.push("jitdump header is truncated".into());
+            return dump;
+        };
+        dump.pid = pid;
+        if flags & FLAG_ARCH_TIMESTAMP != 0 {
+            dump.timed = false;
+            dump.warnings.push(
+                "jitdump uses TSC timestamps, which cannot be matched to sample times: reused code addresses may \
+                 be named after the latest method"
+                    .into(),
+            );
+        }
+        let mut pos = (header_size as usize).max(FILE_HEADER_SIZE);
+        let mut events: Vec<(u64, Event)> = Vec::new();
+        while pos < bytes.len() {
+            let (Some(id), Some(size), Some(timestamp)) = (r.u32(pos), r.u32(pos + 4), r.u64(pos + 8)) else {
+                dump.incomplete_tail = Some(bytes.len() - pos);
+                break;
+            };
+            let size = size as usize;
+            if size < RECORD_HEADER_SIZE {
+                dump.warnings.push(format!("jitdump corrupt at byte {pos}: record size {size}"));
+                break;
+            }
+            let Some(record) = bytes.get(pos..pos + size) else {
+                dump.incomplete_tail = Some(bytes.len() - pos);
+                break;
+            };
+            let body = Reader { bytes: &record[RECORD_HEADER_SIZE..], swapped };
+            match id {
+                JIT_CODE_LOAD => match parse_load(&body) {
+                    Some(ev) => events.push((timestamp, ev)),
+                    None => dump.warnings.push(format!("jitdump: unreadable CODE_LOAD at byte {pos}")),
+                },
+                JIT_CODE_MOVE => match (body.u64(16), body.u64(24), body.u64(32)) {
+                    (Some(old), Some(new), Some(size)) if size > 0 && size <= MAX_CODE_SIZE => {
+                        events.push((timestamp, Event::Move { old, new, size }))
+                    }
+                    _ => dump.warnings.push(format!("jitdump: unreadable CODE_MOVE at byte {pos}")),
+                },
+                JIT_CODE_CLOSE => break,
+                _ => {} // debug info, unwinding info, future record types: not needed to name code
+            }
+            pos += size;
+        }
+        // Writers on several threads may interleave slightly out of order; replay in time order.
+        events.sort_by_key(|(t, _)| *t);
+        dump.replay(events);
+        dump
+    }
+
+    fn replay(&mut self, events: Vec<(u64, Event)>) {
+        // Code currently at each address: start -> index into `codes`; kept non-overlapping.
+        let mut live: BTreeMap<u64, usize> = BTreeMap::new();
+        let mut codes: Vec<JitCode> = Vec::new();
+        let place = |codes: &mut Vec<JitCode>, live: &mut BTreeMap<u64, usize>, code: JitCode| {
+            let (start, end, at) = (code.start, code.end, code.from);
+            let mut ended: Vec<u64> = live.range(start..end).map(|(&s, _)| s).collect();
+            if let Some((&s, &i)) = live.range(..start).next_back() {
+                if codes[i].end > start {
+                    ended.push(s);
+                }
+            }
+            for s in ended {
+                let i = live.remove(&s).expect("key just seen");
+                codes[i].until = at;
+            }
+            live.insert(start, codes.len());
+            codes.push(code);
+        };
+        for (t, ev) in events {
+            match ev {
+                Event::Load { start, size, name } => {
+                    self.loads += 1;
+                    let code = JitCode { start, end: start.saturating_add(size), from: t, until: u64::MAX, name };
+                    place(&mut codes, &mut live, code);
+                }
+                Event::Move { old, new, size } => {
+                    self.moves += 1;
+                    let name = match live.remove(&old) {
+                        Some(i) => {
+                            codes[i].until = t;
+                            codes[i].name.clone()
+                        }
+                        None => continue, // moving code we never saw loaded: nothing to name it with
+                    };
+                    let code = JitCode { start: new, end: new.saturating_add(size), from: t, until: u64::MAX, name };
+                    place(&mut codes, &mut live, code);
+                }
+            }
+        }
+        codes.sort_by_key(|c| (c.start, c.from));
+        self.max_size = codes.iter().map(|c| c.end - c.start).max().unwrap_or(0);
+        self.codes = codes;
+    }
+
+    /// The code at `addr` at time `time`: the code that was there then; failing that (a sample slightly before the
+    /// load's timestamp), the code whose time span is nearest.
+    pub fn lookup(&self, addr: u64, time: u64) -> Option<&JitCode> {
+        let upper = self.codes.partition_point(|c| c.start <= addr);
+        let lowest_start = addr.saturating_sub(self.max_size);
+        let covering =
+            self.codes[..upper].iter().rev().take_while(|c| c.start >= lowest_start).filter(|c| addr < c.end);
+        if !self.timed {
+            return covering.max_by_key(|c| c.from);
+        }
+        let distance = |c: &JitCode| {
+            if time < c.from {
+                c.from - time
+            } else if time >= c.until {
+                time - c.until + 1
+            } else {
+                0
+            }
+        };
+        covering.min_by_key(|c| (distance(c), std::cmp::Reverse(c.from)))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.codes.is_empty()
+    }
+
+    /// Every code span, sorted by start address.
+    pub fn codes(&self) -> &[JitCode] {
+        &self.codes
+    }
+}
+
+fn parse_load(body: &Reader) -> Option<Event> {
+    // pid u32, tid u32, vma u64, code_addr u64, code_size u64, code_index u64, name\0, code bytes
+    let start = body.u64(16)?;
+    let size = body.u64(24)?;
+    if size == 0 || size > MAX_CODE_SIZE {
+        return None;
+    }
+    let name_bytes = body.bytes.get(40..)?;
+    let n = name_bytes.iter().position(|&b| b == 0).unwrap_or(name_bytes.len());
+    let name = String::from_utf8_lossy(&name_bytes[..n]);
+    let name = name.trim();
+    if name.is_empty() {
+        return None;
+    }
+    Some(Event::Load { start, size, name: Arc::from(name) })
+}
+
+/// Writes jitdump files; used by tests to build inputs (the format is simple enough that a writer is the clearest
+/// fixture).
+#[cfg(test)]
+pub(crate) mod testing {
+    pub struct JitDumpWriter {
+        pub bytes: Vec<u8>,
+    }
+
+    impl JitDumpWriter {
+        pub fn new(pid: u32, flags: u64) -> Self {
+            let mut b = Vec::new();
+            b.extend_from_slice(&super::MAGIC.to_ne_bytes());
+            b.extend_from_slice(&1u32.to_ne_bytes());
+            b.extend_from_slice(&40u32.to_ne_bytes());
+            b.extend_from_slice(&62u32.to_ne_bytes()); // EM_X86_64
+            b.extend_from_slice(&0u32.to_ne_bytes());
+            b.extend_from_slice(&pid.to_ne_bytes());
+            b.extend_from_slice(&0u64.to_ne_bytes());
+            b.extend_from_slice(&flags.to_ne_bytes());
+            JitDumpWriter { bytes: b }
+        }
+
+        fn record(&mut self, id: u32, time: u64, body: &[u8]) {
+            self.bytes.extend_from_slice(&id.to_ne_bytes());
+            self.bytes.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
+            self.bytes.extend_from_slice(&time.to_ne_bytes());
+            self.bytes.extend_from_slice(body);
+        }
+
+        pub fn load(&mut self, time: u64, addr: u64, size: u64, name: &str) -> &mut Self {
+            let mut body = Vec::new();
+            for v in [7u32, 7u32] {
+                body.extend_from_slice(&v.to_ne_bytes());
+            }
+            for v in [addr, addr, size, 0] {
+                body.extend_from_slice(&v.to_ne_bytes());
+            }
+            body.extend_from_slice(name.as_bytes());
+            body.push(0);
+            body.resize(body.len() + size as usize, 0xcc);
+            self.record(super::JIT_CODE_LOAD, time, &body);
+            self
+        }
+
+        pub fn moved(&mut self, time: u64, old: u64, new: u64, size: u64) -> &mut Self {
+            let mut body = Vec::new();
+            for v in [7u32, 7u32] {
+                body.extend_from_slice(&v.to_ne_bytes());
+            }
+            for v in [new, old, new, size, 0] {
+                body.extend_from_slice(&v.to_ne_bytes());
+            }
+            self.record(super::JIT_CODE_MOVE, time, &body);
+            self
+        }
+
+        pub fn debug_info(&mut self, time: u64) -> &mut Self {
+            self.record(2, time, &[0u8; 24]);
+            self
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::JitDumpWriter;
+    use super::*;
+
+    fn name(d: &JitDump, addr: u64, time: u64) -> Option<String> {
+        d.lookup(addr, time).map(|c| c.name.to_string())
+    }
+
+    #[test]
+    fn reused_address_is_named_by_time() {
+        let mut w = JitDumpWriter::new(42, 0);
+        w.load(100, 0x1000, 0x40, "First").debug_info(150).load(200, 0x1000, 0x80, "Second");
+        let d = JitDump::parse(&w.bytes);
+        assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+        assert_eq!((d.pid, d.loads), (42, 2));
+        assert_eq!(name(&d, 0x1010, 150).unwrap(), "First");
+        assert_eq!(name(&d, 0x1010, 250).unwrap(), "Second");
+        assert_eq!(name(&d, 0x1050, 250).unwrap(), "Second");
+        // Only the second code ever covered 0x1050; a sample there at 150 is nearest to it.
+        assert_eq!(name(&d, 0x1050, 150).unwrap(), "Second");
+        // Before anything was loaded: the nearest in time.
+        assert_eq!(name(&d, 0x1010, 50).unwrap(), "First");
+        assert!(name(&d, 0x1080, 250).is_none());
+    }
+
+    #[test]
+    fn code_move_relocates_the_name_from_its_time() {
+        let mut w = JitDumpWriter::new(1, 0);
+        w.load(10, 0x1000, 0x20, "Moved").moved(20, 0x1000, 0x5000, 0x20).load(30, 0x1000, 0x20, "Other");
+        let d = JitDump::parse(&w.bytes);
+        assert_eq!(d.moves, 1);
+        assert_eq!(name(&d, 0x1008, 15).unwrap(), "Moved");
+        assert_eq!(name(&d, 0x5008, 25).unwrap(), "Moved");
+        assert_eq!(name(&d, 0x1008, 35).unwrap(), "Other");
+    }
+
+    #[test]
+    fn out_of_order_records_are_replayed_by_time() {
+        let mut w = JitDumpWriter::new(1, 0);
+        w.load(200, 0x1000, 0x10, "Later").load(100, 0x1000, 0x10, "Earlier");
+        let d = JitDump::parse(&w.bytes);
+        assert_eq!(name(&d, 0x1000, 150).unwrap(), "Earlier");
+        assert_eq!(name(&d, 0x1000, 300).unwrap(), "Later");
+    }
+
+    #[test]
+    fn truncated_file_keeps_complete_records_and_reports_the_tail() {
+        let mut w = JitDumpWriter::new(1, 0);
+        w.load(1, 0x1000, 0x10, "Kept");
+        let complete = w.bytes.len();
+        w.load(2, 0x2000, 0x10, "Lost");
+        for cut in [complete + 5, w.bytes.len() - 5] {
+            let d = JitDump::parse(&w.bytes[..cut]);
+            assert_eq!(name(&d, 0x1000, 5).unwrap(), "Kept");
+            assert!(name(&d, 0x2000, 5).is_none());
+            assert_eq!(d.incomplete_tail, Some(cut - complete));
+            assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+        }
+        assert_eq!(JitDump::parse(&w.bytes).incomplete_tail, None);
+    }
+
+    #[test]
+    fn corrupt_and_foreign_inputs_give_warnings_not_panics() {
+        assert!(!JitDump::parse(b"").warnings.is_empty());
+        assert!(!JitDump::parse(b"ELF\x7fxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx").warnings.is_empty());
+        let mut w = JitDumpWriter::new(1, 0);
+        w.load(1, 0x1000, 0x10, "Ok");
+        let mut bad = w.bytes.clone();
+        bad.extend_from_slice(&0u32.to_ne_bytes());
+        bad.extend_from_slice(&3u32.to_ne_bytes()); // record size smaller than its header
+        bad.extend_from_slice(&[0; 8]);
+        let d = JitDump::parse(&bad);
+        assert_eq!(name(&d, 0x1000, 1).unwrap(), "Ok");
+        assert!(d.warnings.iter().any(|w| w.contains("corrupt")));
+    }
+
+    #[test]
+    fn byte_swapped_files_are_read() {
+        let mut w = JitDumpWriter::new(0x01020304, 0);
+        w.load(1, 0x1000, 0x10, "Swapped");
+        // Swap every header field and record field to simulate the other endianness.
+        let mut b = w.bytes.clone();
+        let swap32 = |b: &mut Vec<u8>, at: usize| b[at..at + 4].reverse();
+        let swap64 = |b: &mut Vec<u8>, at: usize| b[at..at + 8].reverse();
+        for at in [0, 4, 8, 12, 16, 20] {
+            swap32(&mut b, at);
+        }
+        swap64(&mut b, 24);
+        swap64(&mut b, 32);
+        let r = 40;
+        swap32(&mut b, r);
+        swap32(&mut b, r + 4);
+        swap64(&mut b, r + 8);
+        swap32(&mut b, r + 16);
+        swap32(&mut b, r + 20);
+        for k in 0..4 {
+            swap64(&mut b, r + 24 + 8 * k);
+        }
+        let d = JitDump::parse(&b);
+        assert_eq!(d.pid, 0x01020304);
+        assert_eq!(name(&d, 0x1008, 1).unwrap(), "Swapped");
+    }
+
+    #[test]
+    fn tsc_timestamps_fall_back_to_latest_code() {
+        let mut w = JitDumpWriter::new(1, FLAG_ARCH_TIMESTAMP);
+        w.load(1, 0x1000, 0x10, "Old").load(2, 0x1000, 0x10, "New");
+        let d = JitDump::parse(&w.bytes);
+        assert!(!d.timed);
+        assert_eq!(name(&d, 0x1000, 0).unwrap(), "New");
+    }
+
+    #[test]
+    fn random_and_mutated_dumps_never_panic() {
+        let mut w = JitDumpWriter::new(9, 0);
+        w.load(1, 0x1000, 0x10, "A").moved(2, 0x1000, 0x3000, 0x10).debug_info(3).load(4, 0x1000, 0x20, "B");
+        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0002);
+        for input in rng.inputs(&[&w.bytes], 3000) {
+            let d = JitDump::parse(&input);
+            for c in d.codes() {
+                let _ = d.lookup(c.start, c.from);
+                let _ = d.lookup(c.end.saturating_sub(1), u64::MAX);
+            }
+        }
+    }
+}

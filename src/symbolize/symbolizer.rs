@@ -1,0 +1,401 @@
+//! The engine: replays a recording's records in time order, keeps every process's address space current, and
+//! names each sample's frames from the right source (see [`sources`](super::sources)) — kallsyms for kernel
+//! frames; jitdump, then perf map for JIT code; the mapped file's ELF symbols for native code.
+
+use super::address_space::{FileId, MapKind, Mapping, Processes};
+use super::captured::Usage;
+use super::dso::DsoSymbols;
+use super::kallsyms::KERNEL_MODULE;
+use super::sources::Sources;
+use super::{Frame, FrameKind, ResolvedSample};
+use crate::perf_data::records::{
+    PERF_CONTEXT_KERNEL, PERF_CONTEXT_MAX, PERF_CONTEXT_USER, PERF_RECORD_MISC_CPUMODE_MASK, PERF_RECORD_MISC_KERNEL,
+};
+use crate::perf_data::{BuildIdEntry, PerfDataReader, Record, Sample};
+use anyhow::Result;
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Where names may come from.
+#[derive(Debug, Clone, Default)]
+pub struct SymbolizeOptions {
+    /// A `symbols/` directory written by a capture; its copies are preferred over anything live.
+    pub captured_dir: Option<PathBuf>,
+    /// Whether the running system may be read: `/proc/<pid>/…`, the mapped files, `/proc/kallsyms`. Off for a
+    /// fully offline run (then only `captured_dir` names frames).
+    pub live: bool,
+    /// Extra roots searched for split debug files like `/usr/lib/debug` (`-symbols DIR`).
+    pub debug_roots: Vec<PathBuf>,
+    /// Trust perf maps and jitdumps whatever their owner.
+    pub force_maps: bool,
+}
+
+impl SymbolizeOptions {
+    /// Names from the running system (and `captured_dir` when given).
+    pub fn live() -> Self {
+        SymbolizeOptions { live: true, ..Default::default() }
+    }
+
+    /// Names only from a capture's `symbols/` directory.
+    pub fn offline(captured_dir: impl Into<PathBuf>) -> Self {
+        SymbolizeOptions { captured_dir: Some(captured_dir.into()), live: false, ..Default::default() }
+    }
+}
+
+/// Counters for the run's summary line and for tests.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SymbolizeStats {
+    pub samples: u64,
+    pub frames: u64,
+    pub kernel_frames: u64,
+    pub native_frames_named: u64,
+    pub native_frames_unnamed: u64,
+    pub jit_frames_named: u64,
+    pub jit_frames_unnamed: u64,
+    pub unknown_frames: u64,
+    /// Samples the kernel reported as lost (LOST / LOST_SAMPLES records).
+    pub lost_samples: u64,
+    /// Every distinct warning, in the order raised (each also logged once).
+    pub warnings: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Symbolized {
+    /// In time order.
+    pub samples: Vec<ResolvedSample>,
+    pub stats: SymbolizeStats,
+}
+
+/// Names a whole recording.
+pub fn symbolize_file(reader: &PerfDataReader, opts: &SymbolizeOptions) -> Result<Symbolized> {
+    Symbolizer::new(opts)?.run(reader)
+}
+
+/// A resolved frame minus its address: what the cache stores. `offset = addr - base`.
+#[derive(Debug, Clone)]
+struct Template {
+    symbol: Option<Arc<str>>,
+    base: u64,
+    module: Arc<str>,
+    kind: FrameKind,
+}
+
+impl Template {
+    fn frame(&self, addr: u64) -> Frame {
+        Frame {
+            addr,
+            symbol: self.symbol.clone(),
+            offset: addr.wrapping_sub(self.base),
+            module: self.module.clone(),
+            kind: self.kind,
+        }
+    }
+}
+
+/// Cache key: (address space id, its generation, lookup address). Kernel addresses use space 0.
+type CacheKey = (u64, u64, u64);
+
+/// x86-64 kernel addresses live in the upper half; used only when a chain carries no context marker.
+const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
+const PERF_CONTEXT_HV: u64 = -32i64 as u64;
+const PERF_CONTEXT_GUEST_KERNEL: u64 = -2176i64 as u64;
+const PERF_CONTEXT_GUEST_USER: u64 = -2560i64 as u64;
+
+pub struct Symbolizer {
+    sources: Sources,
+    processes: Processes,
+    cache: HashMap<CacheKey, Template>,
+    usage: Option<Usage>,
+    stats: SymbolizeStats,
+    kernel_module: Arc<str>,
+    unknown_module: Arc<str>,
+    hidden_kernel: Arc<str>,
+}
+
+impl Symbolizer {
+    pub fn new(opts: &SymbolizeOptions) -> Result<Symbolizer> {
+        Ok(Symbolizer {
+            sources: Sources::new(opts)?,
+            processes: Processes::default(),
+            cache: HashMap::new(),
+            usage: None,
+            stats: SymbolizeStats::default(),
+            kernel_module: Arc::from(KERNEL_MODULE),
+            unknown_module: Arc::from("[unknown]"),
+            hidden_kernel: Arc::from("[kernel]"),
+        })
+    }
+
+    /// Build-ids the recorder stored (perf.data BUILD_ID feature): a live file whose build-id differs is not used.
+    pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
+        for e in entries {
+            self.sources.build_ids.insert(e.filename.clone(), e.build_id.clone());
+        }
+    }
+
+    /// Files the capture opened while their process lived (a container's files vanish with it).
+    pub(crate) fn set_preopened(&mut self, files: HashMap<FileId, File>) {
+        self.sources.preopened = files;
+    }
+
+    /// Remember which symbols the run used, for [`take_usage`](Self::take_usage).
+    pub(crate) fn record_usage(&mut self) {
+        self.usage = Some(Usage::default());
+    }
+
+    pub(crate) fn take_usage(&mut self) -> Option<Usage> {
+        self.usage.take()
+    }
+
+    /// Counters so far (warnings are filled in when a run ends).
+    pub fn stats(&self) -> &SymbolizeStats {
+        &self.stats
+    }
+
+    /// Names every sample of a recording. Records are replayed in time order (perf writes each CPU's buffer in
+    /// turn, so file order is not time order).
+    pub fn run(mut self, reader: &PerfDataReader) -> Result<Symbolized> {
+        self.run_in_place(reader)
+    }
+
+    pub(crate) fn run_in_place(&mut self, reader: &PerfDataReader) -> Result<Symbolized> {
+        self.add_build_ids(&reader.features().build_ids);
+        self.sources.recorded_release = reader.features().osrelease.clone();
+        for w in reader.warnings() {
+            self.warn(format!("perf.data: {w}"));
+        }
+        let event_names: Vec<Arc<str>> = reader.events().iter().map(|e| Arc::from(e.name.as_str())).collect();
+        let mut timeline: Vec<(u64, Record)> = Vec::new();
+        let mut last_time = 0u64;
+        let mut lost = 0u64;
+        let read = reader.for_each_record(|r| {
+            match &r {
+                Record::Sample(_) | Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
+                    // Records without a time (no sample_id_all) keep their place after the previous one.
+                    let t = r.time().unwrap_or(last_time);
+                    last_time = t;
+                    timeline.push((t, r));
+                }
+                Record::Lost(l) => lost += l.lost,
+                Record::LostSamples { lost: n, .. } => lost += n,
+                _ => {}
+            }
+            Ok(())
+        })?;
+        if read.undecodable > 0 {
+            self.warn(format!("perf.data: {} records could not be decoded and were skipped", read.undecodable));
+        }
+        if read.truncated_bytes > 0 {
+            self.warn(format!(
+                "perf.data: the last {} bytes do not form a whole record (truncated file)",
+                read.truncated_bytes
+            ));
+        }
+        self.stats.lost_samples = lost;
+        timeline.sort_by_key(|(t, _)| *t);
+        let mut samples = Vec::with_capacity(timeline.len());
+        for (_, record) in &timeline {
+            match record {
+                Record::Sample(s) => {
+                    let ev = reader.event_of(s.id);
+                    let idx = reader.events().iter().position(|e| std::ptr::eq(e, ev)).unwrap_or(0);
+                    samples.push(self.resolve(s, event_names[idx].clone()));
+                }
+                other => self.observe(other),
+            }
+        }
+        let mut stats = std::mem::take(&mut self.stats);
+        stats.warnings = std::mem::take(&mut self.sources.warnings.list);
+        Ok(Symbolized { samples, stats })
+    }
+
+    /// Applies a non-sample record (call in time order).
+    pub fn observe(&mut self, record: &Record) {
+        match record {
+            Record::Mmap(m) => {
+                self.processes.on_mmap(m);
+            }
+            Record::Comm(c) => self.processes.on_comm(c),
+            Record::Fork(t) => self.processes.on_fork(t),
+            Record::Exit(t) => self.processes.on_exit(t),
+            _ => {}
+        }
+    }
+
+    /// Names one sample's frames, leaf first, context markers removed.
+    pub fn resolve(&mut self, s: &Sample, event: Arc<str>) -> ResolvedSample {
+        let comm = self.processes.comm(s.pid, s.tid);
+        let mut frames = Vec::with_capacity(s.callchain.len().max(1));
+        let has_addresses = s.callchain.iter().any(|&a| a < PERF_CONTEXT_MAX);
+        let sample_in_kernel = s.misc & PERF_RECORD_MISC_CPUMODE_MASK == PERF_RECORD_MISC_KERNEL;
+        if has_addresses {
+            let mut in_kernel: Option<bool> = None;
+            let mut leaf = true;
+            for &entry in &s.callchain {
+                if entry >= PERF_CONTEXT_MAX {
+                    in_kernel = match entry {
+                        PERF_CONTEXT_KERNEL | PERF_CONTEXT_HV | PERF_CONTEXT_GUEST_KERNEL => Some(true),
+                        PERF_CONTEXT_USER | PERF_CONTEXT_GUEST_USER => Some(false),
+                        _ => in_kernel,
+                    };
+                    continue;
+                }
+                let kernel = in_kernel.unwrap_or(entry >= KERNEL_HALF);
+                frames.push(self.frame(s.pid, entry, kernel, leaf, s.time));
+                leaf = false;
+            }
+        } else {
+            frames.push(self.frame(s.pid, s.ip, sample_in_kernel || s.ip >= KERNEL_HALF, true, s.time));
+        }
+        self.count(&frames);
+        ResolvedSample { pid: s.pid, tid: s.tid, cpu: s.cpu, time: s.time, period: s.period, comm, event, frames }
+    }
+
+    fn count(&mut self, frames: &[Frame]) {
+        let st = &mut self.stats;
+        st.samples += 1;
+        st.frames += frames.len() as u64;
+        for f in frames {
+            match (f.kind, f.symbol.is_some()) {
+                (FrameKind::Kernel, _) => st.kernel_frames += 1,
+                (FrameKind::Native, true) => st.native_frames_named += 1,
+                (FrameKind::Native, false) => st.native_frames_unnamed += 1,
+                (FrameKind::Jit, true) => st.jit_frames_named += 1,
+                (FrameKind::Jit, false) => st.jit_frames_unnamed += 1,
+                (FrameKind::Unknown, _) => st.unknown_frames += 1,
+            }
+        }
+    }
+
+    fn frame(&mut self, pid: u32, addr: u64, kernel: bool, leaf: bool, time: u64) -> Frame {
+        if kernel {
+            let key = (0, 0, addr);
+            if let Some(t) = self.cache.get(&key) {
+                return t.frame(addr);
+            }
+            let t = self.kernel_template(addr);
+            let frame = t.frame(addr);
+            self.cache.insert(key, t);
+            return frame;
+        }
+        // A caller's entry is the return address, which can be the first byte after a call at a function's very
+        // end: look up the byte before it, as perf does, but show the real address.
+        let lookup = if leaf { addr } else { addr.saturating_sub(1) };
+        let (space_key, mapping) = match self.processes.get(pid) {
+            Some(p) => ((p.space.id, p.space.generation), p.space.find(lookup).cloned()),
+            None => ((u64::MAX - pid as u64, 0), None),
+        };
+        let jit_code = mapping.as_ref().map_or(true, |m| m.kind == MapKind::Jit);
+        if jit_code {
+            if let Some(t) = self.jitdump_template(pid, lookup, time) {
+                return t.frame(addr);
+            }
+        }
+        let key = (space_key.0, space_key.1, lookup);
+        if let Some(t) = self.cache.get(&key) {
+            return t.frame(addr);
+        }
+        let t = self.user_template(pid, lookup, mapping.as_ref());
+        let frame = t.frame(addr);
+        self.cache.insert(key, t);
+        frame
+    }
+
+    fn kernel_template(&mut self, addr: u64) -> Template {
+        let unnamed = Template { symbol: None, base: 0, module: self.kernel_module.clone(), kind: FrameKind::Kernel };
+        let Some(k) = self.sources.kernel() else { return unnamed };
+        if k.hidden {
+            if let Some(u) = &mut self.usage {
+                u.kernel_hidden = true;
+            }
+            return Template { symbol: Some(self.hidden_kernel.clone()), base: addr, ..unnamed };
+        }
+        let Some(r) = k.table.lookup(addr) else { return unnamed };
+        if let Some(u) = &mut self.usage {
+            u.kernel.insert(r.start, (r.end, r.value.name.clone(), r.value.module.clone()));
+        }
+        Template {
+            symbol: Some(r.value.name.clone()),
+            base: r.start,
+            module: r.value.module.clone(),
+            kind: FrameKind::Kernel,
+        }
+    }
+
+    fn user_template(&mut self, pid: u32, lookup: u64, mapping: Option<&Mapping>) -> Template {
+        let Some(m) = mapping else {
+            // perf names JIT code even when its mapping was never recorded.
+            return self.perf_map_template(pid, lookup).unwrap_or(Template {
+                symbol: None,
+                base: 0,
+                module: self.unknown_module.clone(),
+                kind: FrameKind::Unknown,
+            });
+        };
+        let module_base = m.start.wrapping_sub(m.pgoff);
+        let module = m.file.path.clone();
+        match m.kind {
+            MapKind::Jit => self.perf_map_template(pid, lookup).unwrap_or(Template {
+                symbol: None,
+                base: module_base,
+                module,
+                kind: FrameKind::Jit,
+            }),
+            MapKind::File | MapKind::Vdso => {
+                let dso = self.sources.dso(pid, m, &self.processes);
+                let usage = self.usage.as_mut().map(|u| u.dsos.entry(m.file.clone()).or_default());
+                match &*dso {
+                    DsoSymbols::Elf { table, .. } => {
+                        let usage = usage.map(|u| u.get_or_insert_with(Default::default));
+                        match table.lookup(m.file_offset(lookup)) {
+                            Some(r) => {
+                                let name = r.value.get();
+                                if let Some(u) = usage {
+                                    u.insert(r.start, (r.end, name.clone()));
+                                }
+                                Template {
+                                    symbol: Some(name),
+                                    base: module_base.wrapping_add(r.start),
+                                    module,
+                                    kind: FrameKind::Native,
+                                }
+                            }
+                            None => Template { symbol: None, base: module_base, module, kind: FrameKind::Native },
+                        }
+                    }
+                    DsoSymbols::Opaque { .. } => {
+                        Template { symbol: None, base: module_base, module, kind: FrameKind::Unknown }
+                    }
+                }
+            }
+            MapKind::Special | MapKind::JitDumpFile => {
+                Template { symbol: None, base: module_base, module, kind: FrameKind::Unknown }
+            }
+        }
+    }
+
+    fn perf_map_template(&mut self, pid: u32, addr: u64) -> Option<Template> {
+        let loaded = self.sources.perf_map(pid, &self.processes)?;
+        let (module, map) = &*loaded;
+        let r = map.symbols.lookup(addr)?;
+        Some(Template { symbol: Some(r.value.clone()), base: r.start, module: module.clone(), kind: FrameKind::Jit })
+    }
+
+    fn jitdump_template(&mut self, pid: u32, addr: u64, time: u64) -> Option<Template> {
+        let loaded = self.sources.jitdump(pid, &self.processes)?;
+        let (module, dump) = &*loaded;
+        let code = dump.lookup(addr, time)?;
+        Some(Template {
+            symbol: Some(code.name.clone()),
+            base: code.start,
+            module: module.clone(),
+            kind: FrameKind::Jit,
+        })
+    }
+
+    fn warn(&mut self, msg: String) {
+        self.sources.warnings.warn(msg);
+    }
+}

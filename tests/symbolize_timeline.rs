@@ -1,0 +1,386 @@
+//! The symbolizer's rules on a recording built record by record (perf.data written with profcpu's writer, names
+//! from a hand-written `symbols/` directory in the documented format, symbolized offline): address spaces over
+//! time (remap, fork, exec, threads), records out of file order, context markers, return addresses, JIT code named
+//! by time from a jitdump, perf maps only on anonymous memory, unnamed frames keeping their module.
+
+use profcpu::perf_data::attr::{
+    PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IP, PERF_SAMPLE_PERIOD, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
+};
+use profcpu::perf_data::records::{
+    PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_USER,
+};
+use profcpu::perf_data::{
+    Attr, Comm, EventDesc, Features, Mmap, PerfDataReader, PerfDataWriter, Record, Sample, SampleId, Task,
+};
+use profcpu::symbolize::{symbolize_file, FrameKind, ResolvedSample, SymbolizeOptions};
+use std::path::{Path, PathBuf};
+
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(p.join("symbols")).unwrap();
+        Scratch(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn cpu_clock_attr() -> Attr {
+    let mut b = vec![0u8; 128];
+    b[0..4].copy_from_slice(&1u32.to_ne_bytes()); // PERF_TYPE_SOFTWARE
+    b[4..8].copy_from_slice(&128u32.to_ne_bytes());
+    let sample_type = PERF_SAMPLE_IP
+        | PERF_SAMPLE_TID
+        | PERF_SAMPLE_TIME
+        | PERF_SAMPLE_CALLCHAIN
+        | PERF_SAMPLE_CPU
+        | PERF_SAMPLE_PERIOD;
+    b[16..24].copy_from_slice(&999u64.to_ne_bytes());
+    b[24..32].copy_from_slice(&sample_type.to_ne_bytes());
+    let flags: u64 = (1 << 10) | (1 << 18); // freq, sample_id_all
+    b[40..48].copy_from_slice(&flags.to_ne_bytes());
+    Attr::from_bytes(b).unwrap()
+}
+
+fn at(time: u64, pid: u32, tid: u32) -> SampleId {
+    SampleId { pid: Some(pid), tid: Some(tid), time: Some(time), id: None, cpu: Some(0) }
+}
+
+fn mmap(time: u64, pid: u32, addr: u64, len: u64, pgoff: u64, ino: u64, name: &str) -> Record {
+    Record::Mmap(Mmap {
+        misc: PERF_RECORD_MISC_USER,
+        pid,
+        tid: pid,
+        addr,
+        len,
+        pgoff,
+        maj: 8,
+        min: 1,
+        ino,
+        prot: 5,
+        flags: 2,
+        filename: name.into(),
+        sample_id: at(time, pid, pid),
+        ..Default::default()
+    })
+}
+
+fn comm(time: u64, pid: u32, tid: u32, name: &str, exec: bool) -> Record {
+    let misc = if exec { PERF_RECORD_MISC_COMM_EXEC } else { 0 };
+    Record::Comm(Comm { misc, pid, tid, comm: name.into(), sample_id: at(time, pid, tid) })
+}
+
+fn fork(time: u64, pid: u32, ppid: u32, tid: u32, ptid: u32) -> Record {
+    Record::Fork(Task { pid, ppid, tid, ptid, time, sample_id: at(time, pid, tid) })
+}
+
+fn sample(time: u64, pid: u32, tid: u32, chain: &[u64]) -> Record {
+    let ip = chain.iter().copied().find(|&a| a < PERF_CONTEXT_USER.min(PERF_CONTEXT_KERNEL)).unwrap_or(0);
+    Record::Sample(Sample {
+        misc: PERF_RECORD_MISC_USER,
+        id: None,
+        ip,
+        pid,
+        tid,
+        time,
+        cpu: 0,
+        period: 1_001_001,
+        callchain: chain.to_vec(),
+    })
+}
+
+/// A jitdump in the format of the spec (`tools/perf/Documentation/jitdump-specification.txt`).
+fn jitdump(pid: u32, loads: &[(u64, u64, u64, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for v in [0x4A69_5444u32, 1, 40, 62, 0, pid] {
+        b.extend_from_slice(&v.to_ne_bytes());
+    }
+    b.extend_from_slice(&0u64.to_ne_bytes());
+    b.extend_from_slice(&0u64.to_ne_bytes());
+    for &(time, addr, size, name) in loads {
+        let mut body = Vec::new();
+        body.extend_from_slice(&pid.to_ne_bytes());
+        body.extend_from_slice(&pid.to_ne_bytes());
+        for v in [addr, addr, size, 0] {
+            body.extend_from_slice(&v.to_ne_bytes());
+        }
+        body.extend_from_slice(name.as_bytes());
+        body.push(0);
+        body.resize(body.len() + size as usize, 0x90);
+        b.extend_from_slice(&0u32.to_ne_bytes());
+        b.extend_from_slice(&((16 + body.len()) as u32).to_ne_bytes());
+        b.extend_from_slice(&time.to_ne_bytes());
+        b.extend_from_slice(&body);
+    }
+    b
+}
+
+const K: u64 = PERF_CONTEXT_KERNEL;
+const U: u64 = PERF_CONTEXT_USER;
+
+fn write_perf_data(path: &Path, records: &[Record]) {
+    let events = vec![EventDesc { attr: cpu_clock_attr(), name: "cpu-clock".into(), ids: vec![] }];
+    let mut w = PerfDataWriter::create(path, events).unwrap();
+    for r in records {
+        w.write_record(r).unwrap();
+    }
+    w.finish(&Features::default()).unwrap();
+}
+
+/// The recording: processes 100 (JIT app + native lib + ReadyToRun dll), its thread 101, its child 200 (which
+/// then execs), and 300 (a jitdump producer). Records are deliberately not in time order in the file.
+fn recording(dir: &Path) -> PathBuf {
+    let records = vec![
+        comm(0, 100, 100, "app", false),
+        mmap(0, 100, 0x10000, 0x10000, 0, 0, "//anon"),
+        mmap(0, 100, 0x400000, 0x1000, 0x1000, 77, "/opt/app/libnative.so"),
+        mmap(0, 100, 0x500000, 0x10000, 0x2000, 78, "/opt/app/System.Private.CoreLib.dll"),
+        fork(5, 100, 100, 101, 100),
+        sample(10, 100, 100, &[K, 0xffffffff81000010, 0xffffffff90000000, U, 0x10010, 0x400200, 0x400250]),
+        // Written before the remap at t=30 but taken after it.
+        sample(40, 100, 100, &[U, 0x10010]),
+        mmap(30, 100, 0x10000, 0x1000, 0, 79, "/opt/app/other.so"),
+        // Written after the remap but taken before it.
+        sample(20, 100, 100, &[U, 0x10010, 0x400200, 0x500123, 0x7000, 0x90010]),
+        sample(25, 100, 101, &[U, 0x10020]),
+        comm(26, 100, 101, "worker", false),
+        sample(27, 100, 101, &[U, 0x10020]),
+        fork(50, 200, 100, 200, 100),
+        sample(55, 200, 200, &[U, 0x400250, 0x11010]),
+        comm(60, 200, 200, "newprog", true),
+        sample(65, 200, 200, &[U, 0x400250]),
+        comm(0, 300, 300, "node", false),
+        mmap(0, 300, 0x30000, 0x10000, 0, 0, "//anon"),
+        mmap(0, 300, 0x50000, 0x1000, 0, 80, "/work/jit-300.dump"),
+        sample(150, 300, 300, &[U, 0x30010]),
+        sample(250, 300, 300, &[U, 0x30010]),
+        sample(260, 300, 300, &[]),
+    ];
+    let path = dir.join("perf.data");
+    write_perf_data(&path, &records);
+    path
+}
+
+fn write_symbols(dir: &Path, kernel: &str) {
+    let s = dir.join("symbols");
+    std::fs::write(s.join("processes.txt"), "100 7 0\n300 1 0\n").unwrap();
+    std::fs::write(
+        s.join("perf-100.map"),
+        "10000 100 int32 [App] App::Hot()[OptimizedTier1]\n90000 100 Unmapped::Code()\n",
+    )
+    .unwrap();
+    std::fs::write(
+        s.join("jit-300.dump"),
+        jitdump(1, &[(100, 0x30000, 0x100, "JS:*first"), (200, 0x30000, 0x100, "JS:*second")]),
+    )
+    .unwrap();
+    std::fs::write(
+        s.join("dsos.txt"),
+        "dso-0.syms 8:1:77 - /opt/app/libnative.so\n- 8:1:78 - /opt/app/System.Private.CoreLib.dll\n",
+    )
+    .unwrap();
+    std::fs::write(s.join("dso-0.syms"), "1100 100 native_a\n1200 100 native_b\n").unwrap();
+    std::fs::write(s.join("kernel.syms"), kernel).unwrap();
+}
+
+fn names(s: &ResolvedSample) -> Vec<String> {
+    s.frames.iter().map(|f| f.display_name()).collect()
+}
+
+#[test]
+fn recorded_state_over_time_names_every_frame() {
+    let scratch = Scratch::new("symbolize-timeline");
+    let data = recording(&scratch.0);
+    write_symbols(&scratch.0, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
+    let reader = PerfDataReader::open(&data).unwrap();
+    let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+    assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
+    let by_time = |pid: u32, tid: u32, t: u64| {
+        out.samples
+            .iter()
+            .find(|s| s.pid == pid && s.tid == tid && s.time == t)
+            .unwrap_or_else(|| panic!("no sample {pid}/{tid}@{t}"))
+    };
+    // Samples come back in time order, whatever the file order.
+    let times: Vec<u64> = out.samples.iter().map(|s| s.time).collect();
+    assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
+
+    // Kernel frames from kallsyms; markers dropped; the leaf is the sample ip; a caller's return address is
+    // looked up one byte earlier (0x400200 returns into native_a, whose last byte is 0x4001ff).
+    let s = by_time(100, 100, 10);
+    assert_eq!(
+        names(s),
+        [
+            "do_syscall_64",
+            "[kernel.kallsyms]+0xffffffff90000000",
+            "int32 [App] App::Hot()[OptimizedTier1]",
+            "native_a",
+            "native_b"
+        ]
+    );
+    assert_eq!(s.frames[0].kind, FrameKind::Kernel);
+    assert_eq!((s.frames[0].addr, s.frames[0].offset), (0xffffffff81000010, 0x10));
+    assert_eq!(s.frames[2].module.as_ref(), "/tmp/perf-7.map", "perf map shown with the namespace PID");
+    assert_eq!((s.frames[3].addr, s.frames[3].offset, s.frames[3].kind), (0x400200, 0x100, FrameKind::Native));
+    assert_eq!(s.frames[4].offset, 0x50);
+    assert_eq!(s.comm.as_ref(), "app");
+    assert_eq!(s.event.as_ref(), "cpu-clock");
+
+    // Before the remap: JIT name, native, ReadyToRun file keeps module+file offset, no mapping -> [unknown], and
+    // code outside every mapping still named by the perf map.
+    let s = by_time(100, 100, 20);
+    assert_eq!(
+        names(s),
+        [
+            "int32 [App] App::Hot()[OptimizedTier1]",
+            "native_a",
+            "System.Private.CoreLib.dll+0x2123",
+            "[unknown]+0x7000",
+            "Unmapped::Code()"
+        ]
+    );
+    let kinds: Vec<FrameKind> = s.frames.iter().map(|f| f.kind).collect();
+    assert_eq!(kinds, [FrameKind::Jit, FrameKind::Native, FrameKind::Unknown, FrameKind::Unknown, FrameKind::Jit]);
+
+    // After the remap the same address is file-backed: the perf map no longer applies.
+    let s = by_time(100, 100, 40);
+    assert_eq!(names(s), ["other.so+0x10"]);
+    assert_eq!(s.frames[0].kind, FrameKind::Unknown);
+
+    // A thread shares its process's mappings; its name follows the COMM records in time.
+    assert_eq!(by_time(100, 101, 25).comm.as_ref(), "app");
+    assert_eq!(names(by_time(100, 101, 25)), ["int32 [App] App::Hot()[OptimizedTier1]"]);
+    assert_eq!(by_time(100, 101, 27).comm.as_ref(), "worker");
+
+    // A forked child starts with its parent's mappings (taken after the remap: 0x11010 is still anonymous) but
+    // not its perf map; after exec it has none of them.
+    let s = by_time(200, 200, 55);
+    assert_eq!(names(s), ["native_b", "anon+0x1010"]);
+    assert_eq!((s.frames[1].kind, s.frames[1].module.as_ref()), (FrameKind::Jit, "//anon"));
+    let s = by_time(200, 200, 65);
+    assert_eq!(names(s), ["[unknown]+0x400250"]);
+    assert_eq!(s.comm.as_ref(), "newprog");
+
+    // The jitdump names the same address by time.
+    let s = by_time(300, 300, 150);
+    assert_eq!(names(s), ["JS:*first"]);
+    assert_eq!(s.frames[0].module.as_ref(), "/work/jit-300.dump");
+    assert_eq!(names(by_time(300, 300, 250)), ["JS:*second"]);
+    // A sample without a callchain is its ip alone (0 here: nothing there).
+    assert_eq!(names(by_time(300, 300, 260)), ["[unknown]+0x0"]);
+
+    assert_eq!(out.stats.samples, 10);
+    assert_eq!(out.stats.jit_frames_named, 7);
+    assert_eq!(out.stats.jit_frames_unnamed, 1);
+}
+
+#[test]
+fn hidden_kernel_symbols_show_as_kernel_with_a_notice() {
+    let scratch = Scratch::new("symbolize-hidden-kernel");
+    let data = recording(&scratch.0);
+    write_symbols(&scratch.0, "# profcpu captured kernel symbols\n# hidden\n");
+    let reader = PerfDataReader::open(&data).unwrap();
+    let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+    let s = out.samples.iter().find(|s| s.time == 10).unwrap();
+    assert_eq!(names(s)[..2], ["[kernel]", "[kernel]"]);
+    assert_eq!(out.stats.warnings.len(), 1, "{:?}", out.stats.warnings);
+    assert!(out.stats.warnings[0].contains("kptr_restrict"));
+}
+
+#[test]
+fn offline_without_captured_files_keeps_modules() {
+    let scratch = Scratch::new("symbolize-bare-offline");
+    let data = recording(&scratch.0);
+    let reader = PerfDataReader::open(&data).unwrap();
+    let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+    let s = out.samples.iter().find(|s| s.time == 20).unwrap();
+    assert_eq!(
+        names(s),
+        [
+            "anon+0x10",
+            "libnative.so+0x1200",
+            "System.Private.CoreLib.dll+0x2123",
+            "[unknown]+0x7000",
+            "[unknown]+0x90010"
+        ]
+    );
+    // The return address is shown as recorded; only the lookup used the byte before it.
+    assert_eq!((s.frames[1].addr, s.frames[1].offset), (0x400200, 0x1200));
+}
+
+#[test]
+fn bad_symbols_dir_is_one_clear_error() {
+    let err = SymbolizeOptions::offline("/nonexistent/symbols");
+    let scratch = Scratch::new("symbolize-bad-dir");
+    let data = recording(&scratch.0);
+    let reader = PerfDataReader::open(&data).unwrap();
+    let e = symbolize_file(&reader, &err).unwrap_err();
+    assert!(format!("{e:#}").contains("/nonexistent/symbols"), "{e:#}");
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn pick<T: Copy>(&mut self, from: &[T]) -> T {
+        from[(self.next() % from.len() as u64) as usize]
+    }
+
+    /// Mostly edge values, sometimes anything.
+    fn value(&mut self) -> u64 {
+        const EDGES: [u64; 12] =
+            [0, 1, 0xfff, 0x1000, 0x10000, 0x400200, u64::MAX, u64::MAX - 1, 1 << 63, K, U, 0xffffffff81000010];
+        if self.next() % 3 == 0 {
+            self.next()
+        } else {
+            self.pick(&EDGES)
+        }
+    }
+}
+
+#[test]
+fn random_records_never_panic() {
+    // Hostile or garbage recordings (overlapping maps at the edges of the address space, forks of unknown
+    // processes, callchains full of markers) must symbolize without a panic.
+    let scratch = Scratch::new("symbolize-random-records");
+    write_symbols(&scratch.0, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
+    let mut rng = Rng(0x9e3779b97f4a7c15);
+    for round in 0..20 {
+        let mut records = Vec::new();
+        for _ in 0..300 {
+            let pid = rng.pick(&[100, 200, 300, 0, u32::MAX]);
+            let t = rng.next() % 1000;
+            records.push(match rng.next() % 6 {
+                0 => {
+                    let name = rng.pick(&["//anon", "/opt/app/libnative.so", "/x/jit-1.dump", ""]);
+                    let (addr, len, pgoff, ino) = (rng.value(), rng.value(), rng.value(), rng.next() % 3);
+                    mmap(t, pid, addr, len, pgoff, ino, name)
+                }
+                1 => comm(t, pid, pid, "x", rng.next() % 2 == 0),
+                2 => fork(t, pid, rng.pick(&[100, 200, 7]), pid, 100),
+                _ => {
+                    let chain: Vec<u64> = (0..rng.next() % 20).map(|_| rng.value()).collect();
+                    sample(t, pid, pid, &chain)
+                }
+            });
+        }
+        let path = scratch.0.join(format!("random-{round}.data"));
+        write_perf_data(&path, &records);
+        let reader = PerfDataReader::open(&path).unwrap();
+        let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+        assert!(out.samples.iter().all(|s| !s.frames.is_empty()));
+    }
+}
