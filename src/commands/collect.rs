@@ -1,9 +1,14 @@
 //! `profcpu collect`: record the target into a fresh `<output>/HH-MM-SS_YYYY-MM-DD/perf.data`, then hand the
 //! finished recording to the later stages.
 
+use super::outputs::{self, OutputRequest};
 use crate::cli::CollectArgs;
-use crate::perf_data::Record;
+use crate::perf_data::{PerfDataReader, Record};
 use crate::record::{self, EndReason, EventKind, RecordObserver, RecordOptions, RecordSummary, Target};
+use crate::report::meta::Metadata;
+use crate::report::view::View;
+use crate::symbolize::parsers::ProcessInfo;
+use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
 use anyhow::{bail, Result};
 use std::io::{ErrorKind, IsTerminal};
 use std::path::{Path, PathBuf};
@@ -24,7 +29,25 @@ pub fn run(args: CollectArgs) -> Result<()> {
     record::check_target(&target)?;
     let run_dir = create_run_dir(&args.output, chrono::Local::now())?;
     let duration = Duration::from_secs_f64(args.duration);
-    let mut observer = CollectObserver { target: target.clone(), duration, run_dir: run_dir.clone() };
+    let symbol_opts = SymbolizeOptions {
+        debug_roots: args.symbols.symbols.clone(),
+        force_maps: args.symbols.force_maps,
+        ..SymbolizeOptions::live()
+    };
+    let capture = match &target {
+        Target::All => Some(Capture::new_all(&run_dir, &symbol_opts)?),
+        Target::Pid(pid) => Some(Capture::new(&run_dir, &[*pid], &symbol_opts)?),
+        // The command's PID is known once it has been started (on_start).
+        Target::Command(_) => None,
+    };
+    let mut observer = CollectObserver {
+        target: target.clone(),
+        duration,
+        run_dir: run_dir.clone(),
+        capture,
+        symbol_opts: symbol_opts.clone(),
+        target_info: None,
+    };
 
     let opts = RecordOptions {
         target,
@@ -38,21 +61,73 @@ pub fn run(args: CollectArgs) -> Result<()> {
     let summary = match record::record(&opts, &mut observer) {
         Ok(summary) => summary,
         Err(e) => {
-            // Only removes the folder if nothing was written into it.
+            // Removes what this run created (an empty symbols/ folder at most) and the run folder itself.
+            if let Some(c) = &observer.capture {
+                let _ = std::fs::remove_dir(c.dir());
+            }
             let _ = std::fs::remove_dir(&run_dir);
             return Err(e);
         }
     };
     eprintln!("{}", summary_line(&summary));
-    after_recording(&run_dir, &summary)?;
+    after_recording(&run_dir, &summary, observer.capture.take(), observer.target_info.as_ref())?;
     println!("{}", run_dir.display());
     Ok(())
 }
 
-/// The place where the later stages run on the finished perf.data: symbolize → report (perf_script.out,
-/// folded_stacks.out, flamegraph.svg) → archive (prof.tar.gz). Until they exist, collect ends with perf.data.
-fn after_recording(_run_dir: &Path, _summary: &RecordSummary) -> Result<()> {
+/// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
+/// copy — exactly what `postprocess` will do later — and write the reports and the archive.
+fn after_recording(
+    run_dir: &Path,
+    summary: &RecordSummary,
+    capture: Option<Capture>,
+    target: Option<&ProcessInfo>,
+) -> Result<()> {
+    let perf_data = run_dir.join(outputs::PERF_DATA_FILE);
+    if let Some(capture) = capture {
+        let reader = PerfDataReader::open(&perf_data)?;
+        let saved = capture.finish(&reader)?;
+        tracing::info!(
+            "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB) in {:.0} ms",
+            saved.perf_maps,
+            saved.jitdumps,
+            saved.dsos,
+            saved.bytes / 1024,
+            saved.finish_time.as_secs_f64() * 1e3
+        );
+    }
+    let result = outputs::generate(OutputRequest {
+        dir: run_dir,
+        symbolize: SymbolizeOptions {
+            captured_dir: Some(run_dir.join(SYMBOLS_DIR)),
+            live: false,
+            ..SymbolizeOptions::default()
+        },
+        view: View::default(),
+        per_thread: false,
+        title: None,
+        metadata: metadata_of(summary, target),
+    })?;
+    outputs::print_summary(&result);
     Ok(())
+}
+
+/// metadata.txt for this run.
+fn metadata_of(s: &RecordSummary, target: Option<&ProcessInfo>) -> Metadata {
+    let pid = s.target_pid;
+    Metadata {
+        pid,
+        ns_pid: target.map(|t| t.nspid),
+        comm: target.map(|t| t.comm.clone()).unwrap_or_default(),
+        command_line: Metadata::quote_command_line(&s.target_cmdline),
+        start_time: Some(s.start_time.fixed_offset()),
+        duration_secs: Some(s.elapsed.as_secs_f64()),
+        frequency_hz: Some(s.frequency),
+        event: s.event_name.clone(),
+        samples: s.samples,
+        lost: s.lost,
+        ..Metadata::for_this_host()
+    }
 }
 
 /// Sees the recording as it happens. Later stages hook in here to copy what vanishes with the target (a JIT's perf
@@ -61,15 +136,34 @@ struct CollectObserver {
     target: Target,
     duration: Duration,
     run_dir: PathBuf,
+    capture: Option<Capture>,
+    symbol_opts: SymbolizeOptions,
+    /// Read when sampling starts: the target may be gone by the end.
+    target_info: Option<ProcessInfo>,
 }
 
 impl RecordObserver for CollectObserver {
     /// Announced only once sampling really runs, so a refusal is the only line the user sees.
     fn on_start(&mut self, target_pid: Option<u32>) {
+        self.target_info = target_pid.and_then(ProcessInfo::read);
+        if let (Target::Command(_), Some(pid), None) = (&self.target, target_pid, &self.capture) {
+            match Capture::new(&self.run_dir, &[pid], &self.symbol_opts) {
+                Ok(c) => self.capture = Some(c),
+                Err(e) => tracing::warn!("JIT names of the command will not be saved: {e:#}"),
+            }
+        }
         eprintln!("{} into {}", describe_start(&self.target, target_pid, self.duration), self.run_dir.display());
     }
-    fn on_record(&mut self, _record: &Record) {}
-    fn on_tick(&mut self) {}
+    fn on_record(&mut self, record: &Record) {
+        if let Some(c) = &mut self.capture {
+            c.observe(record);
+        }
+    }
+    fn on_tick(&mut self) {
+        if let Some(c) = &mut self.capture {
+            c.poll();
+        }
+    }
 }
 
 fn event_kind(name: &str) -> EventKind {
