@@ -225,7 +225,10 @@ fn the_live_line_shows_on_a_terminal_and_only_a_summary_otherwise() {
         "5",
     ]);
     let lines: Vec<&str> = c.stderr.lines().collect();
-    assert_eq!(lines.len(), 2, "off a terminal: the start line and the summary only:\n{}", c.stderr);
+    // Off a terminal: the start line, the summary line, then the hottest-frames table; no live progress lines.
+    assert!(lines.len() >= 3, "off a terminal: start line, summary and top table expected:\n{}", c.stderr);
+    assert!(lines[2].starts_with("Hottest frames by self time"), "{}", c.stderr);
+    assert!(!c.stderr.contains("recording "), "a live line was printed off a terminal:\n{}", c.stderr);
     assert!(
         lines[0].starts_with("Profiling PID ")
             && lines[0].contains(" (`")

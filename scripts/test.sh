@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command (README, CI): installs what the tests need (idempotent), then runs the whole suite.
+# Needs root: the tests sample real processes with perf_event_open, enter namespaces and run as other users.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+if [[ $(id -u) -ne 0 ]]; then
+    echo "test: error: run as root (the tests use perf_event_open on other users' processes and Linux namespaces)" >&2
+    exit 1
+fi
+bash scripts/setup-deps.sh
+# The .NET Core runtime (PyPI dotnetcore2) and the sample web API, cached under ${PROFCPU_CACHE:-~/.cache/profcpu}.
+PROFCPU_DOTNET_DIR=$(bash scripts/dotnet-runtime.sh)
+export PROFCPU_DOTNET_DIR
+bash examples/webapi/build.sh >/dev/null
+
+cargo fmt --all -- --check
+cargo clippy --release --all-targets --quiet -- -D warnings
+# Release build: the end-to-end tests time real workloads and the benchmarks' numbers come from this profile.
+cargo test --release --no-fail-fast "$@"
