@@ -36,7 +36,7 @@ static void *worker(void *arg) {
     return (void *)(uintptr_t)acc;
 }
 int main(int argc, char **argv) {
-    long reps = argc > 1 ? atol(argv[1]) : 40;
+    long reps = argc > 1 ? atol(argv[1]) : 1500;
     int threads = argc > 2 ? atoi(argv[2]) : 2;
     pthread_t t[64];
     /* Signal readiness, then wait for a byte on stdin so the profiler is attached before the timed work starts. */
@@ -91,7 +91,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--freq", type=int, default=999)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--reps", default="40", help="workload repetitions per thread (sets the run length)")
+    ap.add_argument("--reps", default="1500", help="workload repetitions per thread (sets the run length)")
     ap.add_argument("--threads", default="2")
     ap.add_argument("--profcpu", default="target/release/profcpu")
     args = ap.parse_args()

@@ -7,21 +7,28 @@ use std::path::PathBuf;
 
 const COLLECT_EXAMPLES: &str = "\
 Examples:
-  profcpu collect -pid 1 -duration 10          sample PID 1 (e.g. the app in this container) for 10 s
-  profcpu collect --pid 4242 --freq 999        sample at 999 Hz until Ctrl+C or 30 s
-  profcpu collect -all -duration 5             sample every process on the machine
+  # sample PID 1 (the app, seen from a sidecar or inside its container) for 10 s
+  profcpu collect -pid 1 -duration 10
+  # 999 Hz until Ctrl+C or 30 s; GNU-style flags work as well
+  profcpu collect --pid 4242 --freq=999
+  # every process on the machine
+  profcpu collect -all -duration 5
+  # launch a command and sample it until it exits (at most 20 s)
   profcpu collect -duration 20 -- dotnet App.dll
-                                               launch a command and sample it until it exits (or 20 s)
 
-For .NET, start the app with DOTNET_PerfMapEnabled=1 (COMPlus_PerfMapEnabled=1 before .NET 5) so JIT-compiled
-methods get names. Each run writes <output>/HH-MM-SS_YYYY-MM-DD/ with perf.data, perf_script.out,
-folded_stacks.out, flamegraph.svg and prof.tar.gz, and prints that path.";
+For .NET, start the app with DOTNET_PerfMapEnabled=1 (COMPlus_PerfMapEnabled=1 before
+.NET 5) so JIT-compiled methods get names. Each run writes <output>/HH-MM-SS_YYYY-MM-DD/
+with perf.data, perf_script.out, folded_stacks.out, flamegraph.svg and prof.tar.gz,
+and prints that folder as the last line of its output.";
 
 const POSTPROCESS_EXAMPLES: &str = "\
 Examples:
+  # regenerate every output of a collection (offline: names come from its symbols/)
   profcpu postprocess -dir profilings/14-03-22_2026-11-22
+  # an archive copied from elsewhere; merge JIT tiers and hide kernel frames
   profcpu postprocess -dir prof.tar.gz -strip-tiers -no-kernel
-  profcpu postprocess -dir ./perf-record-output -per-thread     (a directory with perf.data from `perf record -g`)";
+  # a directory holding a perf.data from `perf record -g` (and perf-PID.map files)
+  profcpu postprocess -dir ./perf-record-output -per-thread";
 
 #[derive(Debug, Parser)]
 #[command(

@@ -37,7 +37,8 @@ bash "$here/load.sh" cpu $((seconds + 4)) 4 >/dev/null &
 load_pid=$!
 sleep 2
 
-"$profcpu" collect -pid "$pid" -duration "$seconds" -output "$repo/profilings"
-dir=$(ls -1dt "$repo"/profilings/*/ | head -n 1)
+# profcpu prints the run folder as the last line on stdout; progress and the top-frames table go to stderr.
+dir=$("$profcpu" collect -pid "$pid" -duration "$seconds" -output "$repo/profilings" | tail -n 1)
 echo
-echo "Flame graph: ${dir%/}/flamegraph.svg   (open it in a browser; the hot C# methods are PricingEngine::*)"
+echo "Flame graph: $dir/flamegraph.svg"
+echo "(open it in a browser: the hot C# methods are PricingEngine::ComputeDiscountCurve and PriceItem)"
