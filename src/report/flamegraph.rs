@@ -50,7 +50,7 @@ impl FlameOptions {
     /// stacks are weighted by a clock event's period, else in samples (or the event's period units).
     pub fn for_profile(meta: &Metadata, weight: Weight) -> Self {
         let target = if meta.command_line.trim().is_empty() { meta.comm.clone() } else { meta.command_line.clone() };
-        let target = shorten(&target, 160);
+        let target = shorten(&without_directories(&target), 100);
         let title = match (meta.pid, meta.ns_pid) {
             (Some(pid), Some(ns)) if ns != pid => format!("{target} (PID {pid}, {ns} in its namespace)"),
             (Some(pid), _) => format!("{target} (PID {pid})"),
@@ -179,10 +179,37 @@ fn protect_trailing_number(stack: &str) -> std::borrow::Cow<'_, str> {
     stack.into()
 }
 
+/// `/usr/share/dotnet/dotnet /app/App.dll --port 80` → `dotnet App.dll --port 80`: the title has room for about 100
+/// characters, and the directories are in metadata.txt.
+fn without_directories(command_line: &str) -> String {
+    command_line
+        .split(' ')
+        .map(|word| match word.rsplit_once('/') {
+            Some((dir, base)) if dir.starts_with('/') && !base.is_empty() && !dir.contains(['\'', '"']) => base,
+            _ => word,
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 fn shorten(text: &str, max_chars: usize) -> String {
     if text.chars().count() <= max_chars {
         text.to_string()
     } else {
         text.chars().take(max_chars - 1).chain(['…']).collect()
+    }
+}
+
+#[cfg(test)]
+mod title_tests {
+    use super::without_directories;
+
+    #[test]
+    fn titles_drop_directories_of_absolute_paths_only() {
+        assert_eq!(
+            without_directories("/root/.cache/dotnet/bin/dotnet /srv/app/App.dll --port 80 ./rel/x"),
+            "dotnet App.dll --port 80 ./rel/x"
+        );
+        assert_eq!(without_directories("node '/a b/c.js'"), "node '/a b/c.js'");
     }
 }
