@@ -60,7 +60,7 @@ def build_workload(tmp):
 
 def run_once(exe, args, profiler_cmd, tmp):
     """Runs the workload; if profiler_cmd is given it is started against the workload's PID first. Returns
-    (workload wall seconds, profiler cpu seconds or None)."""
+    (workload wall seconds, workload cpu seconds, profiler cpu seconds or None)."""
     work = subprocess.Popen([exe, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert work.stdout.readline().strip() == "ready"
     prof = None
@@ -73,8 +73,12 @@ def run_once(exe, args, profiler_cmd, tmp):
     start = time.monotonic()
     work.stdin.write("go\n")
     work.stdin.flush()
-    work.wait()
+    _, status, work_usage = os.wait4(work.pid, 0)
+    work.returncode = os.waitstatus_to_exitcode(status)
     wall = time.monotonic() - start
+    # CPU time includes the sampling interrupts, which the kernel charges to the sampled task; unlike wall time it
+    # does not grow when something else on the machine takes a core for a while.
+    work_cpu = work_usage.ru_utime + work_usage.ru_stime
     cpu = None
     if prof:
         prof.send_signal(signal.SIGINT)
@@ -84,7 +88,7 @@ def run_once(exe, args, profiler_cmd, tmp):
         err = prof.stderr.read()
         if prof.returncode not in (0, -signal.SIGINT, 130):
             sys.exit(f"profiler failed ({prof.returncode}): {' '.join(cmd)}\n{err}")
-    return wall, cpu
+    return wall, work_cpu, cpu
 
 
 def main():
@@ -115,20 +119,28 @@ def main():
             for name, cmd in ways.items():
                 results[name].append(run_once(exe, wargs, cmd, tmp))
 
-    base = statistics.median(w for w, _ in results["alone"])
-    print(f"workload: {args.threads} threads x {args.reps} reps, {args.freq} Hz, {args.repeat} runs each, median shown")
-    print(f"{'way':<8} {'wall s':>8} {'slowdown':>9} {'profiler cpu s':>15}")
+    base_wall = statistics.median(w for w, _, _ in results["alone"])
+    base_cpu = statistics.median(c for _, c, _ in results["alone"])
+    print(f"workload: {args.threads} threads x {args.reps} reps, {args.freq} Hz, {args.repeat} runs each, medians")
+    print(f"{'way':<8} {'wall s':>7} {'slowdown':>9} {'work cpu s':>10} {'slowdown':>9} {'profiler cpu s':>15}"
+          "   (each run's wall s)")
     summary = {}
     for name, runs in results.items():
-        wall = statistics.median(w for w, _ in runs)
-        cpus = [c for _, c in runs if c is not None]
-        cpu = statistics.median(cpus) if cpus else None
-        slow = (wall / base - 1) * 100
-        summary[name] = (wall, slow, cpu)
-        print(f"{name:<8} {wall:8.3f} {slow:8.2f}% {'' if cpu is None else f'{cpu:15.3f}'}")
-    pw, ps, pc = summary["perf"]
-    qw, qs, qc = summary["profcpu"]
-    print(f"ratio profcpu/perf: wall {qw / pw:.3f}, profiler cpu {qc / pc:.3f}")
+        wall = statistics.median(w for w, _, _ in runs)
+        work_cpu = statistics.median(c for _, c, _ in runs)
+        prof = [p for _, _, p in runs if p is not None]
+        prof_cpu = statistics.median(prof) if prof else None
+        slow_wall = (wall / base_wall - 1) * 100
+        slow_cpu = (work_cpu / base_cpu - 1) * 100
+        summary[name] = (slow_wall, slow_cpu, prof_cpu)
+        runs_text = " ".join(f"{w:.2f}" for w, _, _ in runs)
+        prof_text = "-" if prof_cpu is None else f"{prof_cpu:.3f}"
+        print(f"{name:<8} {wall:7.3f} {slow_wall:8.2f}% {work_cpu:10.3f} {slow_cpu:8.2f}% {prof_text:>15}"
+              f"   runs: {runs_text}")
+    p_wall, p_cpu, p_prof = summary["perf"]
+    q_wall, q_cpu, q_prof = summary["profcpu"]
+    print(f"profcpu vs perf: workload cpu slowdown {q_cpu:.2f}% vs {p_cpu:.2f}%, wall slowdown {q_wall:.2f}% vs "
+          f"{p_wall:.2f}%, profiler's own cpu ratio {q_prof / p_prof:.3f}")
 
 
 if __name__ == "__main__":
