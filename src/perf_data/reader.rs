@@ -24,8 +24,39 @@ pub struct PerfDataReader {
 pub struct ReadStats {
     pub records: u64,
     pub undecodable: u64,
-    /// Bytes at the end of the data section that did not form a whole record.
+    /// Bytes at the end of the data section that were not read: a record cut off by the end of the file, or
+    /// everything from a corrupt record on (see `corrupt_at`).
     pub truncated_bytes: u64,
+    /// Offset in the data section of a record header with an impossible size, where reading stopped.
+    pub corrupt_at: Option<u64>,
+}
+
+impl ReadStats {
+    /// What was skipped, one sentence per problem (empty when every byte of the data section was read).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.undecodable > 0 {
+            out.push(format!(
+                "{} of {} records could not be decoded and were skipped",
+                self.undecodable,
+                self.records + self.undecodable
+            ));
+        }
+        match self.corrupt_at {
+            Some(at) => out.push(format!(
+                "a corrupt record at byte {at} of the data section stopped reading: its last {} bytes were skipped \
+                 ({} records before it were read)",
+                self.truncated_bytes,
+                self.records + self.undecodable
+            )),
+            None if self.truncated_bytes > 0 => out.push(format!(
+                "the data ends inside a record: its last {} bytes were skipped (truncated file)",
+                self.truncated_bytes
+            )),
+            None => {}
+        }
+        out
+    }
 }
 
 impl PerfDataReader {
@@ -44,7 +75,9 @@ impl PerfDataReader {
 
         let mut events = Vec::new();
         if header.attr_size > 16 && header.attrs.size > 0 {
-            let attrs = slice(&bytes, header.attrs.offset, header.attrs.size).context("attr section out of bounds")?;
+            let attrs = slice(&bytes, header.attrs.offset, header.attrs.size)
+                .context("its event descriptions (attr section) lie outside the file: it is cut short or corrupt")?;
+            let mut ids_missing = false;
             for chunk in attrs.chunks_exact(header.attr_size as usize) {
                 let attr_len = header.attr_size as usize - 16;
                 let mut c = Cursor::new(&chunk[attr_len..]);
@@ -52,27 +85,36 @@ impl PerfDataReader {
                 let ids = match slice(&bytes, off, size) {
                     Some(raw) => raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect(),
                     None => {
-                        warnings.push("an event's id list lies outside the file".to_string());
+                        ids_missing = true;
                         vec![]
                     }
                 };
                 let attr = Attr::from_bytes(chunk[..attr_len].to_vec())?;
                 events.push(EventDesc { name: attr.event_name(), attr, ids });
             }
+            // With one event every sample is its own; with more, the ids tell them apart.
+            if ids_missing && events.len() > 1 {
+                warnings.push(
+                    "the file is cut short: the events' sample id lists are missing, so every sample counts as the \
+                     first event's"
+                        .to_string(),
+                );
+            }
         }
         if events.is_empty() {
             bail!("it describes no events (empty attr section): the recording was not finished");
         }
 
+        // perf writes the data size last: 0 means `perf record` was stopped before it could finish the file (perf
+        // then reads to the end of the file, and so do we). There is no feature index to look for then.
+        let unfinished = header.data.size == 0 && len > header.data.offset;
         let mut features = Features::default();
-        let mut index_pos = header.data.offset + header.data.size;
-        for bit in 0..256u32 {
-            if !header.has_feature(bit) {
-                continue;
-            }
+        let mut index_pos = header.data.offset.saturating_add(header.data.size);
+        let mut features_missing = Vec::new();
+        for bit in (0..256u32).filter(|&bit| header.has_feature(bit) && !unfinished) {
             let Some(entry) = slice(&bytes, index_pos, 16) else {
-                warnings.push("feature index is truncated".to_string());
-                break;
+                features_missing.push(bit);
+                continue;
             };
             index_pos += 16;
             let mut c = Cursor::new(entry);
@@ -83,16 +125,34 @@ impl PerfDataReader {
                         warnings.push(format!("feature {bit} unreadable: {e}"));
                     }
                 }
-                None => warnings.push(format!("feature {bit} lies outside the file")),
+                None => features_missing.push(bit),
             }
+        }
+        if !features_missing.is_empty() {
+            let listed: Vec<String> = features_missing.iter().map(u32::to_string).collect();
+            warnings.push(format!(
+                "the file is cut short: {} header feature section(s) are missing (feature bits {}); host name, \
+                 kernel release and build-ids may be unknown",
+                features_missing.len(),
+                listed.join(", ")
+            ));
         }
         let data_start = header.data.offset.min(len) as usize;
         let mut data_end = header.data.offset.saturating_add(header.data.size);
-        if data_end > len {
+        if unfinished {
             warnings.push(format!(
-                "data section claims {} bytes but the file ends after {}: reading what is there",
+                "the header gives no data size (the recording was not finished): reading the {} bytes after the \
+                 header as records",
+                len - header.data.offset
+            ));
+            data_end = len;
+        } else if data_end > len {
+            let present = len.saturating_sub(header.data.offset);
+            warnings.push(format!(
+                "the file is cut short: its data section should hold {} bytes but only {present} are there ({} bytes \
+                 of records missing); reading what is there",
                 header.data.size,
-                len.saturating_sub(header.data.offset)
+                header.data.size - present
             ));
             data_end = len;
         }
@@ -160,7 +220,11 @@ impl PerfDataReader {
         while pos + HEADER_SIZE <= data.len() {
             let kind = u32::from_ne_bytes(data[pos..pos + 4].try_into().unwrap());
             let size = u16::from_ne_bytes(data[pos + 6..pos + 8].try_into().unwrap()) as usize;
-            if size < HEADER_SIZE || pos + size > data.len() {
+            if size < HEADER_SIZE {
+                stats.corrupt_at = Some(pos as u64);
+                break;
+            }
+            if pos + size > data.len() {
                 break;
             }
             let rec = &data[pos..pos + size];

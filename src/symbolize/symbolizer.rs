@@ -184,14 +184,8 @@ impl Symbolizer {
             }
             Ok(())
         })?;
-        if read.undecodable > 0 {
-            self.warn(format!("perf.data: {} records could not be decoded and were skipped", read.undecodable));
-        }
-        if read.truncated_bytes > 0 {
-            self.warn(format!(
-                "perf.data: the last {} bytes do not form a whole record (truncated file)",
-                read.truncated_bytes
-            ));
+        for problem in read.problems() {
+            self.warn(format!("perf.data: {problem}"));
         }
         self.stats.lost_samples = lost;
         timeline.sort_by_key(|(t, _)| *t);
