@@ -106,7 +106,7 @@ fn after_recording(
         view: View::default(),
         per_thread: false,
         title: None,
-        metadata: MetadataSource::Given(metadata_of(summary, target)),
+        metadata: MetadataSource::Given(Box::new(metadata_of(summary, target))),
     })?;
     outputs::print_summary(&result);
     Ok(())

@@ -32,7 +32,7 @@ pub struct OutputRequest<'a> {
 /// Where metadata.txt's facts come from.
 pub enum MetadataSource {
     /// Known to the caller (the recorder, or a metadata.txt read back).
-    Given(Metadata),
+    Given(Box<Metadata>),
     /// Whatever perf.data says about itself (a recording from `perf record`): host, kernel, event, frequency,
     /// samples, lost, duration, and the process with most samples.
     FromRecording,
@@ -60,7 +60,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     }
 
     let mut meta = match req.metadata {
-        MetadataSource::Given(meta) => meta,
+        MetadataSource::Given(meta) => *meta,
         MetadataSource::FromRecording => metadata_from_recording(&reader, &symbolized.samples, &symbolized.stats),
     };
     if meta.event.is_empty() {

@@ -51,7 +51,7 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
     // perf.data itself is the truth (a metadata.txt there is only what an earlier postprocess derived from it).
     let metadata_path = dir.join(report::METADATA_FILE);
     let metadata = match Metadata::read(&metadata_path) {
-        Ok(m) if collected_by_profcpu => MetadataSource::Given(m),
+        Ok(m) if collected_by_profcpu => MetadataSource::Given(Box::new(m)),
         Err(e) if collected_by_profcpu => {
             tracing::warn!("{e:#}: using what perf.data says about the recording instead");
             MetadataSource::FromRecording
