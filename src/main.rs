@@ -28,7 +28,13 @@ fn report_usage_error(e: clap::Error) -> ExitCode {
         return ExitCode::from(2);
     }
     let rendered = e.render().to_string();
-    let first = rendered.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+    let mut lines = rendered.lines();
+    let mut first = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+    if first.ends_with(':') {
+        // "the following required arguments were not provided:" lists them on the indented lines below.
+        let listed: Vec<&str> = lines.take_while(|l| l.starts_with(' ')).map(str::trim).collect();
+        first = format!("{first} {}", listed.join(", "));
+    }
     eprintln!("profcpu: error: {first} (see 'profcpu --help')");
     ExitCode::from(2)
 }

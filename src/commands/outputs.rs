@@ -5,7 +5,7 @@
 //! leaves a half-written file under the final name.
 
 use crate::archive;
-use crate::perf_data::PerfDataReader;
+use crate::perf_data::{PerfDataReader, Record};
 use crate::report::flamegraph::FlameOptions;
 use crate::report::meta::Metadata;
 use crate::report::view::View;
@@ -50,8 +50,13 @@ pub struct OutputSummary {
 pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let dir = req.dir;
     let perf_data = dir.join(PERF_DATA_FILE);
-    // The symbolizer reports the reader's warnings (with everything else it finds).
     let reader = PerfDataReader::open(&perf_data)?;
+    if let Some(cut) = cut_short(&reader, &perf_data) {
+        if !has_a_sample(&reader) {
+            bail!("{} is {cut} before its first complete sample: there is nothing to show", perf_data.display());
+        }
+    }
+    // The symbolizer reports the reader's warnings (with everything else it finds).
     let symbolized = symbolize_file(&reader, &req.symbolize)
         .with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
     let samples = req.view.apply(&symbolized.samples);
@@ -104,6 +109,28 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         samples_shown: samples.len(),
         archive: dir.join(report::ARCHIVE_FILE),
     })
+}
+
+/// How a recording's data section is cut short ("cut short (120 of 40960 bytes of records present)"), if it is.
+fn cut_short(reader: &PerfDataReader, path: &Path) -> Option<String> {
+    let len = std::fs::metadata(path).ok()?.len();
+    let data = reader.header().data;
+    let end = data.offset.saturating_add(data.size);
+    (end > len)
+        .then(|| format!("cut short ({} of {} bytes of records present)", len.saturating_sub(data.offset), data.size))
+}
+
+/// Whether at least one sample record can be read (stops at the first).
+fn has_a_sample(reader: &PerfDataReader) -> bool {
+    let mut found = false;
+    let _ = reader.for_each_record(|r| {
+        found = matches!(r, Record::Sample(_));
+        if found {
+            bail!("found");
+        }
+        Ok(())
+    });
+    found
 }
 
 /// The one line said when `-pid`/`-tid` select nothing: what the recording does have.
