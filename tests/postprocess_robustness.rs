@@ -236,8 +236,10 @@ fn a_perf_data_symlink_is_read_through_and_archived_as_a_file() {
     assert_eq!(std::fs::read(unpacked.join("perf.data")).unwrap(), std::fs::read(&real).unwrap());
 }
 
+type Forger = tar::Builder<flate2::write::GzEncoder<std::fs::File>>;
+
 /// A .tar.gz with the given entries, built with the `tar` crate so that any header can be forged.
-fn forge_archive(path: &Path, build: impl FnOnce(&mut tar::Builder<flate2::write::GzEncoder<std::fs::File>>)) {
+fn forge_archive(path: &Path, build: impl FnOnce(&mut Forger)) {
     let file = std::fs::File::create(path).unwrap();
     let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(file, flate2::Compression::fast()));
     build(&mut builder);
@@ -266,7 +268,7 @@ fn hostile_archives_are_refused_before_anything_is_written() {
     let outside = scratch.join("outside");
     std::fs::create_dir(&outside).unwrap();
     let outside_file = outside.join("pwned");
-    let cases: Vec<(&str, Box<dyn Fn(&mut tar::Builder<_>)>, &str)> = vec![
+    let cases: Vec<(&str, Box<dyn Fn(&mut Forger)>, &str)> = vec![
         (
             "absolute",
             Box::new(|b| {
