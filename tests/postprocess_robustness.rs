@@ -237,6 +237,7 @@ fn a_perf_data_symlink_is_read_through_and_archived_as_a_file() {
 }
 
 type Forger = tar::Builder<flate2::write::GzEncoder<std::fs::File>>;
+type Forge = Box<dyn Fn(&mut Forger)>;
 
 /// A .tar.gz with the given entries, built with the `tar` crate so that any header can be forged.
 fn forge_archive(path: &Path, build: impl FnOnce(&mut Forger)) {
@@ -268,7 +269,7 @@ fn hostile_archives_are_refused_before_anything_is_written() {
     let outside = scratch.join("outside");
     std::fs::create_dir(&outside).unwrap();
     let outside_file = outside.join("pwned");
-    let cases: Vec<(&str, Box<dyn Fn(&mut Forger)>, &str)> = vec![
+    let cases: Vec<(&str, Forge, &str)> = vec![
         (
             "absolute",
             Box::new(|b| {
