@@ -19,6 +19,15 @@ pub struct PerfDataReader {
     warnings: Vec<String>,
 }
 
+/// A record as [`PerfDataReader::for_each_record_brief`] hands it over.
+pub enum Brief {
+    /// A sample, not decoded yet.
+    Sample {
+        time: u64,
+    },
+    Record(Record),
+}
+
 /// What reading the data section skipped, for a "partially readable" warning.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReadStats {
@@ -213,6 +222,26 @@ impl PerfDataReader {
     /// Calls `f` for every record of the data section, in file order. Records that cannot be decoded are counted and
     /// skipped; a record whose size is impossible ends the walk (nothing after it can be trusted).
     pub fn for_each_record(&self, mut f: impl FnMut(Record) -> Result<()>) -> Result<ReadStats> {
+        self.for_each_record_at(|_, r| f(r))
+    }
+
+    /// [`for_each_record`](Self::for_each_record) with each record's offset in the data section, which
+    /// [`record_at`](Self::record_at) takes to decode it again later (so a caller need not keep every record).
+    pub fn for_each_record_at(&self, mut f: impl FnMut(u64, Record) -> Result<()>) -> Result<ReadStats> {
+        self.walk(false, |offset, brief| match brief {
+            Brief::Record(r) => f(offset, r),
+            Brief::Sample { .. } => unreachable!("samples are decoded in a full walk"),
+        })
+    }
+
+    /// Like [`for_each_record_at`](Self::for_each_record_at), but samples are only located and timed, not
+    /// decoded (a first pass that orders records by time; [`record_at`](Self::record_at) decodes a sample when it
+    /// is needed). Samples too short to hold a time count as undecodable.
+    pub fn for_each_record_brief(&self, f: impl FnMut(u64, Brief) -> Result<()>) -> Result<ReadStats> {
+        self.walk(true, f)
+    }
+
+    fn walk(&self, brief: bool, mut f: impl FnMut(u64, Brief) -> Result<()>) -> Result<ReadStats> {
         let data = &self.bytes[self.data_start..self.data_end];
         let mut stats = ReadStats::default();
         let mut pos = 0usize;
@@ -230,17 +259,58 @@ impl PerfDataReader {
             let rec = &data[pos..pos + size];
             let format =
                 if kind == PERF_RECORD_SAMPLE { self.format_for_sample(&rec[HEADER_SIZE..]) } else { base_format };
-            match Record::decode(rec, &format) {
-                Ok(r) => {
+            let decoded = if brief && kind == PERF_RECORD_SAMPLE {
+                format.sample_time(&rec[HEADER_SIZE..]).map(|time| Brief::Sample { time })
+            } else {
+                Record::decode(rec, &format).ok().map(Brief::Record)
+            };
+            match decoded {
+                Some(b) => {
                     stats.records += 1;
-                    f(r)?;
+                    f(pos as u64, b)?;
                 }
-                Err(_) => stats.undecodable += 1,
+                None => stats.undecodable += 1,
             }
             pos += size;
         }
         stats.truncated_bytes = (data.len() - pos) as u64;
         Ok(stats)
+    }
+}
+
+impl PerfDataReader {
+    /// Decodes the record at `offset` in the data section, as [`for_each_record_at`](Self::for_each_record_at)
+    /// reported it.
+    pub fn record_at(&self, offset: u64) -> Result<Record> {
+        let data = &self.bytes[self.data_start..self.data_end];
+        let start = usize::try_from(offset).ok().filter(|&o| o + HEADER_SIZE <= data.len());
+        let Some(start) = start else { bail!("no record at offset {offset} of the data section") };
+        let kind = u32::from_ne_bytes(data[start..start + 4].try_into().unwrap());
+        let size = u16::from_ne_bytes(data[start + 6..start + 8].try_into().unwrap()) as usize;
+        if size < HEADER_SIZE || start + size > data.len() {
+            bail!("no whole record at offset {offset} of the data section");
+        }
+        let rec = &data[start..start + size];
+        let format = if kind == PERF_RECORD_SAMPLE {
+            self.format_for_sample(&rec[HEADER_SIZE..])
+        } else {
+            self.events[0].attr.sample_format()
+        };
+        Record::decode(rec, &format)
+    }
+
+    /// Lets the kernel drop this process's copy of the data section's pages before `offset` (they are read again
+    /// from the file if needed): a long recording read once need not stay resident.
+    pub fn release_data_before(&self, offset: u64) {
+        const PAGE: usize = 4096;
+        let end = self.data_start.saturating_add(usize::try_from(offset).unwrap_or(usize::MAX)).min(self.data_end);
+        let (start, end) = (self.data_start.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+        if end > start {
+            // SAFETY: a read-only shared mapping of a file: dropped pages come back with the same contents (the
+            // file's) on the next access, and nothing here holds a reference into them while the call runs.
+            let _ =
+                unsafe { self.bytes.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
     }
 }
 
