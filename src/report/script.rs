@@ -42,6 +42,9 @@ struct FrameText {
     label: Box<str>,
     module: Box<str>,
     named: bool,
+    /// [`Span`] keys of the label and module pieces (fixed for a frame text).
+    label_key: u64,
+    module_key: u64,
 }
 
 /// Writes the samples in `perf script` layout. `out` should be buffered (e.g. a `BufWriter`).
@@ -162,7 +165,7 @@ impl ScriptWriter {
                     }
                     self.keep.identity(&frame.module);
                     let i = self.frames.len() as u32;
-                    self.frames.push(frame_text(frame));
+                    self.frames.push(frame_text(frame, i));
                     self.frame_ids.insert(key, i);
                     i
                 }
@@ -178,13 +181,13 @@ impl ScriptWriter {
             cuts.cut(out, span_key(KEY_ADDRESS, &[frame.addr]));
             out.extend_from_slice(text.label.as_bytes());
             out.extend_from_slice(b"+0x");
-            cuts.cut(out, span_key(KEY_LABEL, &[index as u64]));
+            cuts.cut(out, text.label_key);
             push_hex(out, offset);
             cuts.cut(out, 0);
             out.extend_from_slice(b" (");
             out.extend_from_slice(text.module.as_bytes());
             out.extend_from_slice(b")\n");
-            cuts.cut(out, span_key(KEY_MODULE, &[index as u64]));
+            cuts.cut(out, text.module_key);
             cuts.close_line(line, span_key(KEY_LINE, &[index as u64, frame.addr]));
         }
         out.push(b'\n');
@@ -252,10 +255,12 @@ fn frame_key(frame: &Frame) -> FrameKey {
     }
 }
 
-fn frame_text(frame: &Frame) -> FrameText {
+fn frame_text(frame: &Frame, index: u32) -> FrameText {
     FrameText {
         label: names::frame_label(frame).into(),
         module: names::script_module(&frame.module).into(),
         named: names::is_named(frame),
+        label_key: span_key(KEY_LABEL, &[index as u64]),
+        module_key: span_key(KEY_MODULE, &[index as u64]),
     }
 }
