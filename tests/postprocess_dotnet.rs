@@ -87,6 +87,10 @@ fn without_app_files(cmd: &[&str]) -> std::process::Output {
     out
 }
 
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pp-dotnet-{}", std::process::id()))
+}
+
 /// One collection of the spin workload shared by the tests of this file (taken once; the app is gone after it).
 struct Collection {
     run_dir: PathBuf,
@@ -98,8 +102,14 @@ fn collection() -> &'static Collection {
     static ONCE: std::sync::OnceLock<Collection> = std::sync::OnceLock::new();
     ONCE.get_or_init(|| {
         let _cpu = exclusive();
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pp-dotnet-{}", std::process::id()));
+        let base = fixture_dir();
         let _ = std::fs::remove_dir_all(&base);
+        // A static is never dropped: remove the folder when the test binary exits.
+        extern "C" fn remove_fixture() {
+            let _ = std::fs::remove_dir_all(fixture_dir());
+        }
+        // SAFETY: registers a plain function with the C runtime's exit handlers.
+        unsafe { libc::atexit(remove_fixture) };
         let mut app = start_app();
         let run_dir = collect(app.pid(), &base);
         stop_app(&mut app);
