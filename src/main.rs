@@ -28,7 +28,13 @@ fn report_usage_error(e: clap::Error) -> ExitCode {
         return ExitCode::from(2);
     }
     let rendered = e.render().to_string();
-    let first = rendered.lines().next().unwrap_or("invalid arguments").trim_start_matches("error: ");
+    let mut lines = rendered.lines();
+    let mut first = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+    if first.ends_with(':') {
+        // "the following required arguments were not provided:" lists them on the indented lines below.
+        let listed: Vec<&str> = lines.take_while(|l| l.starts_with(' ')).map(str::trim).collect();
+        first = format!("{first} {}", listed.join(", "));
+    }
     eprintln!("profcpu: error: {first} (see 'profcpu --help')");
     ExitCode::from(2)
 }
@@ -44,9 +50,41 @@ fn init_logging(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        // Colour codes only for a terminal; in logs and pipes they are noise.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(verbose > 1)
-        .without_time()
+        .with_ansi(false)
+        .event_format(LogLine { target: verbose > 1 })
         .init();
+}
+
+/// Log events read like profcpu's other messages: `profcpu: warning: …` (the module too with -vv).
+struct LogLine {
+    target: bool,
+}
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for LogLine
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        use tracing::Level;
+        let meta = event.metadata();
+        let level = match *meta.level() {
+            Level::ERROR => "error",
+            Level::WARN => "warning",
+            Level::INFO => "info",
+            Level::DEBUG => "debug",
+            Level::TRACE => "trace",
+        };
+        write!(writer, "profcpu: {level}: ")?;
+        if self.target {
+            write!(writer, "{}: ", meta.target())?;
+        }
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
 }

@@ -1,7 +1,7 @@
 //! `profcpu collect`: record the target into a fresh `<output>/HH-MM-SS_YYYY-MM-DD/perf.data`, then hand the
 //! finished recording to the later stages.
 
-use super::outputs::{self, OutputRequest};
+use super::outputs::{self, MetadataSource, OutputRequest};
 use crate::cli::CollectArgs;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::record::{self, EndReason, EventKind, RecordObserver, RecordOptions, RecordSummary, Target};
@@ -106,7 +106,7 @@ fn after_recording(
         view: View::default(),
         per_thread: false,
         title: None,
-        metadata: metadata_of(summary, target),
+        metadata: MetadataSource::Given(Box::new(metadata_of(summary, target))),
     })?;
     outputs::print_summary(&result);
     Ok(())

@@ -1,9 +1,13 @@
 //! `profcpu postprocess -dir DIR`: regenerate every output from saved data, without the target or its files.
+//!
+//! DIR is one of: a profcpu output directory (perf.data + `symbols/`: named only from that capture, so the result
+//! is the same on any machine), a directory with a perf.data from `perf record -g` (named from `perf-<pid>.map`
+//! files beside it, then the live system like perf does), or a `prof.tar.gz` (extracted safely into a new folder
+//! beside it first).
 
-use super::outputs::{self, OutputRequest, PERF_DATA_FILE};
+use super::outputs::{self, MetadataSource, OutputRequest, PERF_DATA_FILE};
 use crate::archive;
 use crate::cli::PostprocessArgs;
-use crate::perf_data::{PerfDataReader, Record};
 use crate::report::meta::Metadata;
 use crate::report::view::View;
 use crate::report::{self};
@@ -15,6 +19,14 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
     let dir = input_dir(&args.dir)?;
     let perf_data = dir.join(PERF_DATA_FILE);
     if !perf_data.is_file() {
+        if dir.join(report::ARCHIVE_FILE).is_file() {
+            bail!(
+                "{} holds no perf.data, only a {}: pass -dir {}",
+                dir.display(),
+                report::ARCHIVE_FILE,
+                dir.join(report::ARCHIVE_FILE).display()
+            );
+        }
         bail!(
             "{} holds no perf.data: pass a profcpu output directory, a prof.tar.gz, or a directory with a perf.data \
              from `perf record -g`",
@@ -23,7 +35,8 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
     }
 
     let captured = dir.join(report::SYMBOLS_DIR);
-    let mut symbolize = if captured.is_dir() {
+    let collected_by_profcpu = captured.is_dir();
+    let mut symbolize = if collected_by_profcpu {
         // A profcpu collection: name frames only from what it captured, so the result is the same on any machine.
         SymbolizeOptions::offline(captured)
     } else {
@@ -34,9 +47,16 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
     symbolize.debug_roots = args.symbols.symbols.clone();
     symbolize.force_maps = args.symbols.force_maps;
 
-    let metadata = match Metadata::read(&dir.join(report::METADATA_FILE)) {
-        Ok(m) => m,
-        Err(_) => metadata_from_perf_data(&perf_data)?,
+    // A collection's metadata.txt says what the recorder knew (command line, namespace PID); for anything else,
+    // perf.data itself is the truth (a metadata.txt there is only what an earlier postprocess derived from it).
+    let metadata_path = dir.join(report::METADATA_FILE);
+    let metadata = match Metadata::read(&metadata_path) {
+        Ok(m) if collected_by_profcpu => MetadataSource::Given(Box::new(m)),
+        Err(e) if collected_by_profcpu => {
+            tracing::warn!("{e:#}: using what perf.data says about the recording instead");
+            MetadataSource::FromRecording
+        }
+        _ => MetadataSource::FromRecording,
     };
     let view = View { pid: args.pid, tid: args.tid, no_kernel: args.no_kernel, strip_tiers: args.strip_tiers };
     let summary = outputs::generate(OutputRequest {
@@ -47,11 +67,9 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
         title: args.title,
         metadata,
     })?;
-    if summary.samples_shown == 0 {
-        eprintln!("profcpu: warning: no samples left after filtering (-pid/-tid); the outputs are empty");
-    }
     outputs::print_summary(&summary);
-    println!("{}", dir.display());
+    // The path is for scripts (`dir=$(profcpu postprocess …)`); a reader that went away is not an error.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), format!("{}\n", dir.display()).as_bytes());
     Ok(())
 }
 
@@ -64,7 +82,10 @@ fn input_dir(path: &Path) -> Result<PathBuf> {
     }
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
     let Some(stem) = name.strip_suffix(".tar.gz").or_else(|| name.strip_suffix(".tgz")) else {
-        bail!("{} is neither a directory nor a .tar.gz archive", path.display());
+        bail!(
+            "{} is neither a directory nor a .tar.gz archive: pass a profcpu output directory or its prof.tar.gz",
+            path.display()
+        );
     };
     let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     let dest = (1..1000)
@@ -72,46 +93,11 @@ fn input_dir(path: &Path) -> Result<PathBuf> {
         .find(|p| p.symlink_metadata().is_err())
         .with_context(|| format!("no free folder name for {stem} in {}", parent.display()))?;
     std::fs::create_dir(&dest).with_context(|| format!("cannot create {}", dest.display()))?;
-    archive::extract_safe(path, &dest).with_context(|| format!("cannot extract {}", path.display()))?;
+    if let Err(e) = archive::extract_safe(path, &dest) {
+        // The folder is ours and new: a refused or broken archive leaves nothing behind.
+        let _ = std::fs::remove_dir_all(&dest);
+        return Err(e);
+    }
     eprintln!("profcpu: extracted {} into {}", path.display(), dest.display());
     Ok(dest)
-}
-
-/// What a perf.data says about itself, for a recording without profcpu's metadata.txt (e.g. from `perf record`).
-fn metadata_from_perf_data(path: &Path) -> Result<Metadata> {
-    let reader = PerfDataReader::open(path)?;
-    let f = reader.features();
-    let mut meta = Metadata {
-        host: f.hostname.clone().unwrap_or_default(),
-        kernel: f.osrelease.clone().unwrap_or_default(),
-        event: reader.events()[0].name.clone(),
-        ..Metadata::default()
-    };
-    let (mut first, mut last, mut lost) = (u64::MAX, 0u64, 0u64);
-    let mut pids = std::collections::BTreeMap::<u32, u64>::new();
-    reader.for_each_record(|r| {
-        match r {
-            Record::Sample(s) => {
-                meta.samples += 1;
-                first = first.min(s.time);
-                last = last.max(s.time);
-                *pids.entry(s.pid).or_default() += 1;
-            }
-            Record::Lost(l) => lost += l.lost,
-            Record::LostSamples { lost: n, .. } => lost += n,
-            _ => {}
-        }
-        Ok(())
-    })?;
-    meta.lost = lost;
-    if meta.samples > 1 {
-        meta.duration_secs = Some((last - first) as f64 / 1e9);
-    }
-    // The process with most samples is the one the recording was about.
-    meta.pid = pids.iter().max_by_key(|(_, n)| **n).map(|(p, _)| *p);
-    let attr = &reader.events()[0].attr;
-    if attr.is_freq() {
-        meta.frequency_hz = Some(attr.sample_freq_or_period());
-    }
-    Ok(meta)
 }

@@ -286,9 +286,23 @@ impl SampleFormat {
             if nr > c.remaining() / 8 {
                 bail!("callchain of {nr} entries does not fit in a {}-byte sample", body.len());
             }
-            s.callchain = (0..nr).map(|_| c.u64()).collect::<Result<_>>()?;
+            let raw = c.bytes(nr * 8)?;
+            s.callchain = raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
         }
         Ok(s)
+    }
+
+    /// A sample's time without decoding the rest (0 when samples carry no time, as [`parse_sample`](Self::parse_sample)
+    /// gives); `None` when the body is too short to hold it.
+    pub fn sample_time(&self, body: &[u8]) -> Option<u64> {
+        if !self.has(PERF_SAMPLE_TIME) {
+            return Some(0);
+        }
+        let at = 8
+            * (self.has(PERF_SAMPLE_IDENTIFIER) as usize
+                + self.has(PERF_SAMPLE_IP) as usize
+                + self.has(PERF_SAMPLE_TID) as usize);
+        Some(u64::from_ne_bytes(body.get(at..at + 8)?.try_into().unwrap()))
     }
 
     /// Encodes a sample (only the fields profcpu decodes; used for synthesized test data and round-trips).

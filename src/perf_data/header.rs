@@ -1,9 +1,10 @@
 //! The perf.data file header, attr section and feature sections.
 //!
 //! Layout: `tools/perf/Documentation/perf.data-file-format.txt` and `tools/perf/util/header.{h,c}`.
-//! profcpu writes `header | data | feature index | feature bodies | attr ids | attrs`; readers follow the offsets in
+//! profcpu writes `header | attrs | data | feature index | feature bodies | attr ids`; readers follow the offsets in
 //! the header, except that the feature index must start right after the data section (perf looks for it at
-//! `data.offset + data.size`). Writing the data first lets the recorder stream without knowing its size.
+//! `data.offset + data.size`). The data streams out before its size (and the ids) are known; the attrs come first
+//! so that a copy cut short still says how to decode the records it has.
 
 use super::attr::Attr;
 use super::bytes::{Cursor, Encoder};

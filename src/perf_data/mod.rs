@@ -10,6 +10,6 @@ pub mod writer;
 
 pub use attr::{Attr, SampleFormat};
 pub use header::{BuildIdEntry, EventDesc, Features};
-pub use reader::{PerfDataReader, ReadStats};
+pub use reader::{Brief, PerfDataReader, ReadStats};
 pub use records::{Comm, Lost, Mmap, Record, Sample, SampleId, Task};
 pub use writer::PerfDataWriter;

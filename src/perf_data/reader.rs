@@ -19,13 +19,53 @@ pub struct PerfDataReader {
     warnings: Vec<String>,
 }
 
+/// A record as [`PerfDataReader::for_each_record_brief`] hands it over.
+pub enum Brief {
+    /// A sample, not decoded yet.
+    Sample {
+        time: u64,
+    },
+    Record(Record),
+}
+
 /// What reading the data section skipped, for a "partially readable" warning.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReadStats {
     pub records: u64,
     pub undecodable: u64,
-    /// Bytes at the end of the data section that did not form a whole record.
+    /// Bytes at the end of the data section that were not read: a record cut off by the end of the file, or
+    /// everything from a corrupt record on (see `corrupt_at`).
     pub truncated_bytes: u64,
+    /// Offset in the data section of a record header with an impossible size, where reading stopped.
+    pub corrupt_at: Option<u64>,
+}
+
+impl ReadStats {
+    /// What was skipped, one sentence per problem (empty when every byte of the data section was read).
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.undecodable > 0 {
+            out.push(format!(
+                "{} of {} records could not be decoded and were skipped",
+                self.undecodable,
+                self.records + self.undecodable
+            ));
+        }
+        match self.corrupt_at {
+            Some(at) => out.push(format!(
+                "a corrupt record at byte {at} of the data section stopped reading: its last {} bytes were skipped \
+                 ({} records before it were read)",
+                self.truncated_bytes,
+                self.records + self.undecodable
+            )),
+            None if self.truncated_bytes > 0 => out.push(format!(
+                "the data ends inside a record: its last {} bytes were skipped (truncated file)",
+                self.truncated_bytes
+            )),
+            None => {}
+        }
+        out
+    }
 }
 
 impl PerfDataReader {
@@ -44,7 +84,9 @@ impl PerfDataReader {
 
         let mut events = Vec::new();
         if header.attr_size > 16 && header.attrs.size > 0 {
-            let attrs = slice(&bytes, header.attrs.offset, header.attrs.size).context("attr section out of bounds")?;
+            let attrs = slice(&bytes, header.attrs.offset, header.attrs.size)
+                .context("its event descriptions (attr section) lie outside the file: it is cut short or corrupt")?;
+            let mut ids_missing = false;
             for chunk in attrs.chunks_exact(header.attr_size as usize) {
                 let attr_len = header.attr_size as usize - 16;
                 let mut c = Cursor::new(&chunk[attr_len..]);
@@ -52,27 +94,36 @@ impl PerfDataReader {
                 let ids = match slice(&bytes, off, size) {
                     Some(raw) => raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect(),
                     None => {
-                        warnings.push("an event's id list lies outside the file".to_string());
+                        ids_missing = true;
                         vec![]
                     }
                 };
                 let attr = Attr::from_bytes(chunk[..attr_len].to_vec())?;
                 events.push(EventDesc { name: attr.event_name(), attr, ids });
             }
+            // With one event every sample is its own; with more, the ids tell them apart.
+            if ids_missing && events.len() > 1 {
+                warnings.push(
+                    "the file is cut short: the events' sample id lists are missing, so every sample counts as the \
+                     first event's"
+                        .to_string(),
+                );
+            }
         }
         if events.is_empty() {
             bail!("it describes no events (empty attr section): the recording was not finished");
         }
 
+        // perf writes the data size last: 0 means `perf record` was stopped before it could finish the file (perf
+        // then reads to the end of the file, and so do we). There is no feature index to look for then.
+        let unfinished = header.data.size == 0 && len > header.data.offset;
         let mut features = Features::default();
-        let mut index_pos = header.data.offset + header.data.size;
-        for bit in 0..256u32 {
-            if !header.has_feature(bit) {
-                continue;
-            }
+        let mut index_pos = header.data.offset.saturating_add(header.data.size);
+        let mut features_missing = Vec::new();
+        for bit in (0..256u32).filter(|&bit| header.has_feature(bit) && !unfinished) {
             let Some(entry) = slice(&bytes, index_pos, 16) else {
-                warnings.push("feature index is truncated".to_string());
-                break;
+                features_missing.push(bit);
+                continue;
             };
             index_pos += 16;
             let mut c = Cursor::new(entry);
@@ -83,16 +134,34 @@ impl PerfDataReader {
                         warnings.push(format!("feature {bit} unreadable: {e}"));
                     }
                 }
-                None => warnings.push(format!("feature {bit} lies outside the file")),
+                None => features_missing.push(bit),
             }
+        }
+        if !features_missing.is_empty() {
+            let listed: Vec<String> = features_missing.iter().map(u32::to_string).collect();
+            warnings.push(format!(
+                "the file is cut short: {} header feature section(s) are missing (feature bits {}); host name, \
+                 kernel release and build-ids may be unknown",
+                features_missing.len(),
+                listed.join(", ")
+            ));
         }
         let data_start = header.data.offset.min(len) as usize;
         let mut data_end = header.data.offset.saturating_add(header.data.size);
-        if data_end > len {
+        if unfinished {
             warnings.push(format!(
-                "data section claims {} bytes but the file ends after {}: reading what is there",
+                "the header gives no data size (the recording was not finished): reading the {} bytes after the \
+                 header as records",
+                len - header.data.offset
+            ));
+            data_end = len;
+        } else if data_end > len {
+            let present = len.saturating_sub(header.data.offset);
+            warnings.push(format!(
+                "the file is cut short: its data section should hold {} bytes but only {present} are there ({} bytes \
+                 of records missing); reading what is there",
                 header.data.size,
-                len.saturating_sub(header.data.offset)
+                header.data.size - present
             ));
             data_end = len;
         }
@@ -153,6 +222,26 @@ impl PerfDataReader {
     /// Calls `f` for every record of the data section, in file order. Records that cannot be decoded are counted and
     /// skipped; a record whose size is impossible ends the walk (nothing after it can be trusted).
     pub fn for_each_record(&self, mut f: impl FnMut(Record) -> Result<()>) -> Result<ReadStats> {
+        self.for_each_record_at(|_, r| f(r))
+    }
+
+    /// [`for_each_record`](Self::for_each_record) with each record's offset in the data section, which
+    /// [`record_at`](Self::record_at) takes to decode it again later (so a caller need not keep every record).
+    pub fn for_each_record_at(&self, mut f: impl FnMut(u64, Record) -> Result<()>) -> Result<ReadStats> {
+        self.walk(false, |offset, brief| match brief {
+            Brief::Record(r) => f(offset, r),
+            Brief::Sample { .. } => unreachable!("samples are decoded in a full walk"),
+        })
+    }
+
+    /// Like [`for_each_record_at`](Self::for_each_record_at), but samples are only located and timed, not
+    /// decoded (a first pass that orders records by time; [`record_at`](Self::record_at) decodes a sample when it
+    /// is needed). Samples too short to hold a time count as undecodable.
+    pub fn for_each_record_brief(&self, f: impl FnMut(u64, Brief) -> Result<()>) -> Result<ReadStats> {
+        self.walk(true, f)
+    }
+
+    fn walk(&self, brief: bool, mut f: impl FnMut(u64, Brief) -> Result<()>) -> Result<ReadStats> {
         let data = &self.bytes[self.data_start..self.data_end];
         let mut stats = ReadStats::default();
         let mut pos = 0usize;
@@ -160,23 +249,68 @@ impl PerfDataReader {
         while pos + HEADER_SIZE <= data.len() {
             let kind = u32::from_ne_bytes(data[pos..pos + 4].try_into().unwrap());
             let size = u16::from_ne_bytes(data[pos + 6..pos + 8].try_into().unwrap()) as usize;
-            if size < HEADER_SIZE || pos + size > data.len() {
+            if size < HEADER_SIZE {
+                stats.corrupt_at = Some(pos as u64);
+                break;
+            }
+            if pos + size > data.len() {
                 break;
             }
             let rec = &data[pos..pos + size];
             let format =
                 if kind == PERF_RECORD_SAMPLE { self.format_for_sample(&rec[HEADER_SIZE..]) } else { base_format };
-            match Record::decode(rec, &format) {
-                Ok(r) => {
+            let decoded = if brief && kind == PERF_RECORD_SAMPLE {
+                format.sample_time(&rec[HEADER_SIZE..]).map(|time| Brief::Sample { time })
+            } else {
+                Record::decode(rec, &format).ok().map(Brief::Record)
+            };
+            match decoded {
+                Some(b) => {
                     stats.records += 1;
-                    f(r)?;
+                    f(pos as u64, b)?;
                 }
-                Err(_) => stats.undecodable += 1,
+                None => stats.undecodable += 1,
             }
             pos += size;
         }
         stats.truncated_bytes = (data.len() - pos) as u64;
         Ok(stats)
+    }
+}
+
+impl PerfDataReader {
+    /// Decodes the record at `offset` in the data section, as [`for_each_record_at`](Self::for_each_record_at)
+    /// reported it.
+    pub fn record_at(&self, offset: u64) -> Result<Record> {
+        let data = &self.bytes[self.data_start..self.data_end];
+        let start = usize::try_from(offset).ok().filter(|&o| o + HEADER_SIZE <= data.len());
+        let Some(start) = start else { bail!("no record at offset {offset} of the data section") };
+        let kind = u32::from_ne_bytes(data[start..start + 4].try_into().unwrap());
+        let size = u16::from_ne_bytes(data[start + 6..start + 8].try_into().unwrap()) as usize;
+        if size < HEADER_SIZE || start + size > data.len() {
+            bail!("no whole record at offset {offset} of the data section");
+        }
+        let rec = &data[start..start + size];
+        let format = if kind == PERF_RECORD_SAMPLE {
+            self.format_for_sample(&rec[HEADER_SIZE..])
+        } else {
+            self.events[0].attr.sample_format()
+        };
+        Record::decode(rec, &format)
+    }
+
+    /// Lets the kernel drop this process's copy of the data section's pages before `offset` (they are read again
+    /// from the file if needed): a long recording read once need not stay resident.
+    pub fn release_data_before(&self, offset: u64) {
+        const PAGE: usize = 4096;
+        let end = self.data_start.saturating_add(usize::try_from(offset).unwrap_or(usize::MAX)).min(self.data_end);
+        let (start, end) = (self.data_start.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+        if end > start {
+            // SAFETY: a read-only shared mapping of a file: dropped pages come back with the same contents (the
+            // file's) on the next access, and nothing here holds a reference into them while the call runs.
+            let _ =
+                unsafe { self.bytes.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
+        }
     }
 }
 

@@ -15,6 +15,8 @@ pub struct PerfDataWriter {
     path: PathBuf,
     events: Vec<EventDesc>,
     format: SampleFormat,
+    /// Where the data section starts: after the header and the attr section.
+    data_offset: u64,
     data_size: u64,
 }
 
@@ -31,7 +33,11 @@ impl PerfDataWriter {
         let mut out = BufWriter::with_capacity(1 << 20, file);
         // A header with zero sizes until `finish`: a file cut short is recognisable as unfinished.
         out.write_all(&FileHeader::default().encode())?;
-        Ok(PerfDataWriter { out, path: path.to_owned(), events, format, data_size: 0 })
+        // The attrs go right after the header (their id lists are not known yet; `finish` rewrites them in place):
+        // a finished file cut short later (a partial copy) then keeps the sample layout needed to read its data.
+        out.write_all(&attr_section(&events, &vec![Section::default(); events.len()]))?;
+        let data_offset = FILE_HEADER_SIZE + attr_entry_size(&events) * events.len() as u64;
+        Ok(PerfDataWriter { out, path: path.to_owned(), events, format, data_offset, data_size: 0 })
     }
 
     pub fn path(&self) -> &Path {
@@ -74,15 +80,15 @@ impl PerfDataWriter {
         self.data_size
     }
 
-    /// Writes attrs, ids and feature sections after the data and then the real header.
+    /// Writes the feature sections and ids after the data, fills in the attrs' id lists, then the real header.
     pub fn finish(mut self, features: &Features) -> Result<()> {
         let ctx = || format!("cannot finish {}", self.path.display());
         let mut header =
-            FileHeader { data: Section { offset: FILE_HEADER_SIZE, size: self.data_size }, ..Default::default() };
-        let mut pos = FILE_HEADER_SIZE + self.data_size;
+            FileHeader { data: Section { offset: self.data_offset, size: self.data_size }, ..Default::default() };
+        let mut pos = self.data_offset + self.data_size;
 
         // perf (and our reader) find the feature index at data.offset + data.size, so it must follow the data
-        // directly; the ids and attrs are located through the header and go last.
+        // directly; the ids go last.
         let bodies = features.encode(&self.events);
         let index_size = (bodies.len() * 16) as u64;
         let mut body_pos = pos + index_size;
@@ -111,16 +117,11 @@ impl PerfDataWriter {
             self.out.write_all(&bytes).with_context(ctx)?;
         }
 
-        let attr_size = self.events.first().map_or(0, |e| e.attr.bytes().len()) + 16;
-        header.attr_size = attr_size as u64;
-        header.attrs = Section { offset: pos, size: (attr_size * self.events.len()) as u64 };
-        for (ev, ids) in self.events.iter().zip(&id_sections) {
-            let mut e = Encoder::new();
-            e.bytes(ev.attr.bytes());
-            e.u64(ids.offset);
-            e.u64(ids.size);
-            self.out.write_all(&e.into_inner()).with_context(ctx)?;
-        }
+        let entry_size = attr_entry_size(&self.events);
+        header.attr_size = entry_size;
+        header.attrs = Section { offset: FILE_HEADER_SIZE, size: entry_size * self.events.len() as u64 };
+        self.out.seek(SeekFrom::Start(FILE_HEADER_SIZE)).with_context(ctx)?;
+        self.out.write_all(&attr_section(&self.events, &id_sections)).with_context(ctx)?;
 
         self.out.seek(SeekFrom::Start(0)).with_context(ctx)?;
         self.out.write_all(&header.encode()).with_context(ctx)?;
@@ -128,4 +129,19 @@ impl PerfDataWriter {
         file.sync_all().with_context(ctx)?;
         Ok(())
     }
+}
+
+/// Bytes per attr section entry: the attr and the `{offset, size}` of its id list.
+fn attr_entry_size(events: &[EventDesc]) -> u64 {
+    events.first().map_or(0, |e| e.attr.bytes().len() as u64 + 16)
+}
+
+fn attr_section(events: &[EventDesc], ids: &[Section]) -> Vec<u8> {
+    let mut e = Encoder::new();
+    for (ev, ids) in events.iter().zip(ids) {
+        e.bytes(ev.attr.bytes());
+        e.u64(ids.offset);
+        e.u64(ids.size);
+    }
+    e.into_inner()
 }

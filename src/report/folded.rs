@@ -90,65 +90,98 @@ impl Folded {
 
 /// Folds samples (any order; the result does not depend on it except for which event is "first").
 pub fn fold<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &FoldOptions) -> Folded {
-    let mut namer = StackNamer::new();
-    let mut counts: FastMap<Box<[u32]>, u64> = FastMap::default();
-    let mut stack = Vec::with_capacity(64);
-    let mut filter = EventFilter::new(opts.event.as_deref());
-    let mut folded_samples = 0u64;
-    let mut input_samples = 0u64;
-    let mut leaf_samples: Vec<u64> = Vec::new();
-
+    let mut folder = Folder::new(opts);
     for sample in samples {
-        input_samples += 1;
-        if !filter.matches(sample) || !namer.stack(sample, &mut stack) {
-            continue;
+        folder.add(sample);
+    }
+    folder.finish()
+}
+
+/// Folds samples one at a time (for samples that are streamed, not kept): [`fold`] in steps.
+pub struct Folder {
+    weight: Weight,
+    namer: StackNamer,
+    counts: FastMap<Box<[u32]>, u64>,
+    stack: Vec<u32>,
+    filter: EventFilter,
+    folded_samples: u64,
+    input_samples: u64,
+    leaf_samples: Vec<u64>,
+}
+
+impl Folder {
+    pub fn new(opts: &FoldOptions) -> Self {
+        Folder {
+            weight: opts.weight,
+            namer: StackNamer::new(),
+            counts: FastMap::default(),
+            stack: Vec::with_capacity(64),
+            filter: EventFilter::new(opts.event.as_deref()),
+            folded_samples: 0,
+            input_samples: 0,
+            leaf_samples: Vec::new(),
         }
-        let leaf = *stack.last().expect("a stack with frames") as usize;
-        if leaf_samples.len() <= leaf {
-            leaf_samples.resize(leaf + 1, 0);
+    }
+
+    pub fn add(&mut self, sample: &ResolvedSample) {
+        self.input_samples += 1;
+        if !self.filter.matches(sample) || !self.namer.stack(sample, &mut self.stack) {
+            return;
         }
-        leaf_samples[leaf] += 1;
-        let weight = match opts.weight {
+        let leaf = *self.stack.last().expect("a stack with frames") as usize;
+        if self.leaf_samples.len() <= leaf {
+            self.leaf_samples.resize(leaf + 1, 0);
+        }
+        self.leaf_samples[leaf] += 1;
+        let weight = match self.weight {
             Weight::Period => sample.period,
             Weight::Samples => 1,
         };
-        folded_samples += 1;
-        match counts.get_mut(stack.as_slice()) {
+        self.folded_samples += 1;
+        match self.counts.get_mut(self.stack.as_slice()) {
             Some(count) => *count += weight,
             None => {
-                counts.insert(stack.clone().into_boxed_slice(), weight);
+                self.counts.insert(self.stack.clone().into_boxed_slice(), weight);
             }
         }
     }
 
-    let mut total = 0u64;
-    let mut used = vec![false; namer.name_count()];
-    let mut stacks: Vec<(String, u64)> = counts
-        .into_iter()
-        .map(|(ids, count)| {
-            total += count;
-            let mut line = String::with_capacity(ids.len() * 24);
-            for (i, &id) in ids.iter().enumerate() {
-                if i > 0 {
-                    line.push(';');
-                }
-                line.push_str(namer.name(id));
-                used[id as usize] = true;
-            }
-            (line, count)
-        })
-        .collect();
-    stacks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    /// The event kept so far (the first sample's, unless one was given).
+    pub fn event(&self) -> Option<&str> {
+        self.filter.event_ref()
+    }
 
-    let kinds = (0..namer.name_count() as u32)
-        .filter(|&id| used[id as usize])
-        .filter_map(|id| namer.kind(id).map(|kind| (namer.name(id).to_string(), kind)))
-        .collect();
-    let leaves = leaf_samples
-        .iter()
-        .enumerate()
-        .filter(|(_, &count)| count > 0)
-        .map(|(id, &count)| (namer.name(id as u32).to_string(), count))
-        .collect();
-    Folded { stacks, kinds, total, samples: folded_samples, input_samples, leaves, event: filter.event() }
+    pub fn finish(self) -> Folded {
+        let Folder { namer, counts, filter, folded_samples, input_samples, leaf_samples, .. } = self;
+        let mut total = 0u64;
+        let mut used = vec![false; namer.name_count()];
+        let mut stacks: Vec<(String, u64)> = counts
+            .into_iter()
+            .map(|(ids, count)| {
+                total += count;
+                let mut line = String::with_capacity(ids.len() * 24);
+                for (i, &id) in ids.iter().enumerate() {
+                    if i > 0 {
+                        line.push(';');
+                    }
+                    line.push_str(namer.name(id));
+                    used[id as usize] = true;
+                }
+                (line, count)
+            })
+            .collect();
+        stacks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+
+        let kinds = (0..namer.name_count() as u32)
+            .filter(|&id| used[id as usize])
+            .filter_map(|id| namer.kind(id).map(|kind| (namer.name(id).to_string(), kind)))
+            .collect();
+        let leaves = leaf_samples
+            .iter()
+            .enumerate()
+            .filter(|(_, &count)| count > 0)
+            .map(|(id, &count)| (namer.name(id as u32).to_string(), count))
+            .collect();
+        Folded { stacks, kinds, total, samples: folded_samples, input_samples, leaves, event: filter.event() }
+    }
 }

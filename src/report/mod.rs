@@ -14,7 +14,7 @@ pub mod folded;
 pub mod meta;
 pub mod names;
 pub mod script;
-mod stacks;
+pub(crate) mod stacks;
 pub mod top;
 pub mod view;
 

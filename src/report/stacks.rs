@@ -1,13 +1,14 @@
 //! Turns samples into stacks of interned folded-name ids (root first), the shared core of folding and the top
 //! table. A profile repeats the same few thousand frames hundreds of thousands of times, so each distinct frame is
 //! named once (keyed by the identity of its `Arc<str>` symbol and module, which the symbolizer shares between
-//! frames) and every later occurrence costs one hash lookup.
+//! frames) and every later occurrence costs one hash lookup. The namer keeps a reference to every `Arc` it keyed
+//! on, so an identity cannot be reused by another string while it is in use, even when samples are streamed and
+//! dropped one by one.
 
 use super::names;
 use crate::symbolize::{Frame, FrameKind, ResolvedSample};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::marker::PhantomData;
 use std::sync::Arc;
 
 /// A multiply-rotate hasher for small keys made of integers (pointers, ids). Not DoS-resistant, which is fine for
@@ -39,8 +40,8 @@ impl Hasher for FastHasher {
 
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
-/// Identity of an `Arc<str>`: its address and length. Only valid while the `Arc` lives, which the `'a` of
-/// [`StackNamer`] guarantees.
+/// Identity of an `Arc<str>`: its address and length. Only valid while the `Arc` lives: keep a clone next to any
+/// map keyed by it (see [`KeepAlive`]).
 pub(crate) fn arc_identity(s: &Arc<str>) -> (usize, usize) {
     (Arc::as_ptr(s) as *const u8 as usize, s.len())
 }
@@ -60,8 +61,21 @@ struct Root {
     java_thread: bool,
 }
 
-/// Names samples' stacks; `'a` ties it to the samples it has seen so the identity keys stay valid.
-pub(crate) struct StackNamer<'a> {
+/// The `Arc<str>`s whose identities are map keys, held so that their addresses stay theirs.
+#[derive(Default)]
+pub(crate) struct KeepAlive(Vec<Arc<str>>);
+
+impl KeepAlive {
+    /// The identity of `s`, which stays valid as long as `self` does.
+    pub(crate) fn identity(&mut self, s: &Arc<str>) -> (usize, usize) {
+        self.0.push(s.clone());
+        arc_identity(s)
+    }
+}
+
+/// Names samples' stacks.
+#[derive(Default)]
+pub(crate) struct StackNamer {
     ids: FastMap<Box<str>, u32>,
     names: Vec<Box<str>>,
     /// The kind of the frame that first produced each name; `None` for thread (root) names.
@@ -69,22 +83,13 @@ pub(crate) struct StackNamer<'a> {
     frames: FastMap<FrameKey, (u32, u32)>,
     frame_ids: Vec<u32>,
     roots: FastMap<(usize, usize), Root>,
+    keep: KeepAlive,
     scratch: Vec<String>,
-    _samples: PhantomData<&'a ResolvedSample>,
 }
 
-impl<'a> StackNamer<'a> {
+impl StackNamer {
     pub(crate) fn new() -> Self {
-        StackNamer {
-            ids: FastMap::default(),
-            names: Vec::new(),
-            kinds: Vec::new(),
-            frames: FastMap::default(),
-            frame_ids: Vec::new(),
-            roots: FastMap::default(),
-            scratch: Vec::new(),
-            _samples: PhantomData,
-        }
+        Self::default()
     }
 
     pub(crate) fn name(&self, id: u32) -> &str {
@@ -101,7 +106,7 @@ impl<'a> StackNamer<'a> {
 
     /// Fills `stack` with the sample's folded stack, root (thread name) first. Returns false when no frame is
     /// left (an empty callchain, or only frames stackcollapse-perf drops): such a sample has no folded line.
-    pub(crate) fn stack(&mut self, sample: &'a ResolvedSample, stack: &mut Vec<u32>) -> bool {
+    pub(crate) fn stack(&mut self, sample: &ResolvedSample, stack: &mut Vec<u32>) -> bool {
         stack.clear();
         let root = self.root(sample);
         stack.push(root.id);
@@ -112,16 +117,16 @@ impl<'a> StackNamer<'a> {
         stack.len() > 1
     }
 
-    fn root(&mut self, sample: &'a ResolvedSample) -> Root {
+    fn root(&mut self, sample: &ResolvedSample) -> Root {
         if sample.comm.trim().is_empty() {
             // Spelled after the tid, so not cacheable by the (shared) empty name.
             return self.make_root(&sample.comm, sample.tid);
         }
-        let key = arc_identity(&sample.comm);
-        if let Some(root) = self.roots.get(&key) {
+        if let Some(root) = self.roots.get(&arc_identity(&sample.comm)) {
             return *root;
         }
         let root = self.make_root(&sample.comm, sample.tid);
+        let key = self.keep.identity(&sample.comm);
         self.roots.insert(key, root);
         root
     }
@@ -132,7 +137,7 @@ impl<'a> StackNamer<'a> {
         Root { id: self.intern(&root, None), java_thread }
     }
 
-    fn frame(&mut self, frame: &'a Frame, java_thread: bool) -> (u32, u32) {
+    fn frame(&mut self, frame: &Frame, java_thread: bool) -> (u32, u32) {
         let key = FrameKey {
             symbol: frame.symbol.as_ref().map(arc_identity).unwrap_or((0, 0)),
             module: arc_identity(&frame.module),
@@ -154,6 +159,10 @@ impl<'a> StackNamer<'a> {
         }
         self.scratch = pieces;
         let range = (start, self.frame_ids.len() as u32 - start);
+        if let Some(symbol) = &frame.symbol {
+            self.keep.identity(symbol);
+        }
+        self.keep.identity(&frame.module);
         self.frames.insert(key, range);
         range
     }
@@ -175,22 +184,23 @@ impl<'a> StackNamer<'a> {
 pub(crate) struct EventFilter {
     wanted: Option<String>,
     seen: FastMap<(usize, usize), bool>,
+    keep: KeepAlive,
 }
 
 impl EventFilter {
     pub(crate) fn new(event: Option<&str>) -> Self {
         let wanted = event.map(|e| names::event_key(&names::script_event(e)).to_string());
-        EventFilter { wanted, seen: FastMap::default() }
+        EventFilter { wanted, seen: FastMap::default(), keep: KeepAlive::default() }
     }
 
     pub(crate) fn matches(&mut self, sample: &ResolvedSample) -> bool {
-        let key = arc_identity(&sample.event);
-        if let Some(&m) = self.seen.get(&key) {
+        if let Some(&m) = self.seen.get(&arc_identity(&sample.event)) {
             return m;
         }
         let printed = names::script_event(&sample.event);
         let event = names::event_key(&printed);
         let m = self.wanted.get_or_insert_with(|| event.to_string()) == event;
+        let key = self.keep.identity(&sample.event);
         self.seen.insert(key, m);
         m
     }
@@ -198,5 +208,9 @@ impl EventFilter {
     /// The event kept, once one sample was seen (or one was given).
     pub(crate) fn event(self) -> Option<String> {
         self.wanted
+    }
+
+    pub(crate) fn event_ref(&self) -> Option<&str> {
+        self.wanted.as_deref()
     }
 }

@@ -1,7 +1,7 @@
 //! Which samples and frames the outputs show: `-pid`/`-tid` filters, `-no-kernel`, `-strip-tiers`, and the
 //! per-thread grouping of `-per-thread`.
 
-use super::stacks::{arc_identity, FastMap};
+use super::stacks::{arc_identity, FastMap, KeepAlive};
 use crate::symbolize::{FrameKind, ResolvedSample};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -38,31 +38,58 @@ impl View {
         if self.is_identity() {
             return Cow::Borrowed(samples);
         }
-        let mut stripped: FastMap<(usize, usize), Option<Arc<str>>> = FastMap::default();
-        let mut out = Vec::with_capacity(samples.len());
-        for sample in samples.iter().filter(|s| self.selects(s)) {
-            let mut sample = sample.clone();
-            if self.no_kernel {
-                sample.frames.retain(|f| f.kind != FrameKind::Kernel);
-                if sample.frames.is_empty() {
-                    continue;
-                }
-            }
-            if self.strip_tiers {
-                for frame in &mut sample.frames {
-                    let Some(symbol) = &frame.symbol else { continue };
-                    let replacement = stripped.entry(arc_identity(symbol)).or_insert_with(|| {
-                        let bare = strip_tier(symbol);
-                        (bare.len() != symbol.len()).then(|| Arc::from(bare))
-                    });
-                    if let Some(bare) = replacement {
-                        frame.symbol = Some(bare.clone());
-                    }
-                }
-            }
-            out.push(sample);
+        let mut viewer = Viewer::new(self.clone());
+        Cow::Owned(samples.iter().filter(|s| self.selects(s)).filter_map(|s| viewer.apply(s.clone())).collect())
+    }
+}
+
+/// A [`View`] applied to samples one at a time (samples that are streamed, not kept).
+pub struct Viewer {
+    view: View,
+    /// Tier-stripped symbols by the identity of the original (`None`: nothing to strip).
+    stripped: FastMap<(usize, usize), Option<Arc<str>>>,
+    keep: KeepAlive,
+}
+
+impl Viewer {
+    pub fn new(view: View) -> Self {
+        Viewer { view, stripped: FastMap::default(), keep: KeepAlive::default() }
+    }
+
+    pub fn view(&self) -> &View {
+        &self.view
+    }
+
+    /// The sample as the view shows it, or `None` when the view leaves it out.
+    pub fn apply(&mut self, mut sample: ResolvedSample) -> Option<ResolvedSample> {
+        if !self.view.selects(&sample) {
+            return None;
         }
-        Cow::Owned(out)
+        if self.view.no_kernel {
+            sample.frames.retain(|f| f.kind != FrameKind::Kernel);
+            if sample.frames.is_empty() {
+                return None;
+            }
+        }
+        if self.view.strip_tiers {
+            for frame in &mut sample.frames {
+                let Some(symbol) = &frame.symbol else { continue };
+                let replacement = match self.stripped.get(&arc_identity(symbol)) {
+                    Some(r) => r.clone(),
+                    None => {
+                        let bare = strip_tier(symbol);
+                        let r = (bare.len() != symbol.len()).then(|| Arc::from(bare));
+                        let key = self.keep.identity(symbol);
+                        self.stripped.insert(key, r.clone());
+                        r
+                    }
+                };
+                if let Some(bare) = replacement {
+                    frame.symbol = Some(bare);
+                }
+            }
+        }
+        Some(sample)
     }
 }
 

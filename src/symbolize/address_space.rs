@@ -6,6 +6,7 @@
 
 use crate::perf_data::records::PERF_RECORD_MISC_MMAP_DATA;
 use crate::perf_data::{Comm, Mmap, Task};
+use crate::report::stacks::FastMap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -143,8 +144,8 @@ pub struct Process {
 /// Every process and thread the recording mentions.
 #[derive(Debug, Default)]
 pub struct Processes {
-    procs: HashMap<u32, Process>,
-    comms: HashMap<u32, Arc<str>>,
+    procs: FastMap<u32, Process>,
+    comms: FastMap<u32, Arc<str>>,
     next_space_id: u64,
     /// File identities are shared by every mapping of the same file.
     files: HashMap<FileId, Arc<FileId>>,

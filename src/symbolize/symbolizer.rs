@@ -11,7 +11,8 @@ use super::{Frame, FrameKind, ResolvedSample};
 use crate::perf_data::records::{
     PERF_CONTEXT_KERNEL, PERF_CONTEXT_MAX, PERF_CONTEXT_USER, PERF_RECORD_MISC_CPUMODE_MASK, PERF_RECORD_MISC_KERNEL,
 };
-use crate::perf_data::{BuildIdEntry, PerfDataReader, Record, Sample};
+use crate::perf_data::{Brief, BuildIdEntry, PerfDataReader, ReadStats, Record, Sample};
+use crate::report::stacks::FastMap;
 use anyhow::Result;
 use std::collections::HashMap;
 use std::fs::File;
@@ -57,6 +58,8 @@ pub struct SymbolizeStats {
     pub unknown_frames: u64,
     /// Samples the kernel reported as lost (LOST / LOST_SAMPLES records).
     pub lost_samples: u64,
+    /// What reading the data section skipped.
+    pub read: ReadStats,
     /// Every distinct warning, in the order raised (each also logged once).
     pub warnings: Vec<String>,
 }
@@ -94,6 +97,12 @@ impl Template {
     }
 }
 
+/// A record to replay in time order.
+enum Replay {
+    Sample(u64),
+    Record(usize),
+}
+
 /// Cache key: (address space id, its generation, lookup address). Kernel addresses use space 0.
 type CacheKey = (u64, u64, u64);
 
@@ -106,7 +115,8 @@ const PERF_CONTEXT_GUEST_USER: u64 = -2560i64 as u64;
 pub struct Symbolizer {
     sources: Sources,
     processes: Processes,
-    cache: HashMap<CacheKey, Template>,
+    /// Keyed by small integers: a fast non-cryptographic hash (this lookup runs for every frame of every sample).
+    cache: FastMap<CacheKey, Template>,
     usage: Option<Usage>,
     stats: SymbolizeStats,
     kernel_module: Arc<str>,
@@ -119,7 +129,7 @@ impl Symbolizer {
         Ok(Symbolizer {
             sources: Sources::new(opts)?,
             processes: Processes::default(),
-            cache: HashMap::new(),
+            cache: FastMap::default(),
             usage: None,
             stats: SymbolizeStats::default(),
             kernel_module: Arc::from(KERNEL_MODULE),
@@ -161,54 +171,92 @@ impl Symbolizer {
     }
 
     pub(crate) fn run_in_place(&mut self, reader: &PerfDataReader) -> Result<Symbolized> {
+        let mut samples = Vec::new();
+        let stats = self.for_each_sample(reader, |s| {
+            samples.push(s);
+            Ok(())
+        })?;
+        Ok(Symbolized { samples, stats })
+    }
+
+    /// Names every sample of a recording and hands each to `f` as soon as it is named, in time order; only an
+    /// index of the records is kept, so memory does not grow with the length of the recording. Returns the run's
+    /// counters and warnings. An error from `f` ends the run.
+    pub fn for_each_sample(
+        &mut self,
+        reader: &PerfDataReader,
+        mut f: impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<SymbolizeStats> {
         self.add_build_ids(&reader.features().build_ids);
         self.sources.recorded_release = reader.features().osrelease.clone();
         for w in reader.warnings() {
             self.warn(format!("perf.data: {w}"));
         }
         let event_names: Vec<Arc<str>> = reader.events().iter().map(|e| Arc::from(e.name.as_str())).collect();
-        let mut timeline: Vec<(u64, Record)> = Vec::new();
+        // (time, what): samples by their offset in the data section (decoded again when replayed), other records
+        // by their index in `records`.
+        let mut timeline: Vec<(u64, Replay)> = Vec::new();
+        let mut records: Vec<Record> = Vec::new();
         let mut last_time = 0u64;
         let mut lost = 0u64;
-        let read = reader.for_each_record(|r| {
-            match &r {
-                Record::Sample(_) | Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
-                    // Records without a time (no sample_id_all) keep their place after the previous one.
-                    let t = r.time().unwrap_or(last_time);
-                    last_time = t;
-                    timeline.push((t, r));
+        let mut read = reader.for_each_record_brief(|offset, r| {
+            match r {
+                Brief::Sample { time } => {
+                    last_time = time;
+                    timeline.push((time, Replay::Sample(offset)));
                 }
-                Record::Lost(l) => lost += l.lost,
-                Record::LostSamples { lost: n, .. } => lost += n,
-                _ => {}
+                Brief::Record(r) => match &r {
+                    Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
+                        // Records without a time (no sample_id_all) keep their place after the previous one.
+                        let t = r.time().unwrap_or(last_time);
+                        last_time = t;
+                        timeline.push((t, Replay::Record(records.len())));
+                        records.push(r);
+                    }
+                    Record::Lost(l) => lost += l.lost,
+                    Record::LostSamples { lost: n, .. } => lost += n,
+                    _ => {}
+                },
             }
             Ok(())
         })?;
-        if read.undecodable > 0 {
-            self.warn(format!("perf.data: {} records could not be decoded and were skipped", read.undecodable));
-        }
-        if read.truncated_bytes > 0 {
-            self.warn(format!(
-                "perf.data: the last {} bytes do not form a whole record (truncated file)",
-                read.truncated_bytes
-            ));
-        }
         self.stats.lost_samples = lost;
+        // Stable: records with equal times keep their file order.
         timeline.sort_by_key(|(t, _)| *t);
-        let mut samples = Vec::with_capacity(timeline.len());
-        for (_, record) in &timeline {
-            match record {
-                Record::Sample(s) => {
+        // The pages the first pass read are dropped, and those behind the replay as it moves on (records are
+        // written about in time order, so the lowest offset still to come keeps rising).
+        reader.release_data_before(u64::MAX);
+        let mut lowest_to_come = vec![u64::MAX; timeline.len() + 1];
+        for (i, (_, replay)) in timeline.iter().enumerate().rev() {
+            let offset = if let Replay::Sample(o) = replay { *o } else { u64::MAX };
+            lowest_to_come[i] = lowest_to_come[i + 1].min(offset);
+        }
+        for (i, (_, replay)) in timeline.iter().enumerate() {
+            if i % 4096 == 0 {
+                reader.release_data_before(lowest_to_come[i]);
+            }
+            match replay {
+                Replay::Sample(offset) => {
+                    let Ok(Record::Sample(s)) = reader.record_at(*offset) else {
+                        // Located by the first pass, but its body does not decode.
+                        read.records -= 1;
+                        read.undecodable += 1;
+                        continue;
+                    };
                     let ev = reader.event_of(s.id);
                     let idx = reader.events().iter().position(|e| std::ptr::eq(e, ev)).unwrap_or(0);
-                    samples.push(self.resolve(s, event_names[idx].clone()));
+                    f(self.resolve(&s, event_names[idx].clone()))?;
                 }
-                other => self.observe(other),
+                Replay::Record(i) => self.observe(&records[*i]),
             }
         }
+        for problem in read.problems() {
+            self.warn(format!("perf.data: {problem}"));
+        }
+        self.stats.read = read;
         let mut stats = std::mem::take(&mut self.stats);
         stats.warnings = std::mem::take(&mut self.sources.warnings.list);
-        Ok(Symbolized { samples, stats })
+        Ok(stats)
     }
 
     /// Applies a non-sample record (call in time order).
@@ -283,11 +331,11 @@ impl Symbolizer {
         // A caller's entry is the return address, which can be the first byte after a call at a function's very
         // end: look up the byte before it, as perf does, but show the real address.
         let lookup = if leaf { addr } else { addr.saturating_sub(1) };
-        let (space_key, mapping) = match self.processes.get(pid) {
-            Some(p) => ((p.space.id, p.space.generation), p.space.find(lookup).cloned()),
+        let (space_key, kind) = match self.processes.get(pid) {
+            Some(p) => ((p.space.id, p.space.generation), p.space.find(lookup).map(|m| m.kind)),
             None => ((u64::MAX - pid as u64, 0), None),
         };
-        let jit_code = mapping.as_ref().map_or(true, |m| m.kind == MapKind::Jit);
+        let jit_code = kind.map_or(true, |k| k == MapKind::Jit);
         if jit_code {
             if let Some(t) = self.jitdump_template(pid, lookup, time) {
                 return t.frame(addr);
@@ -297,6 +345,8 @@ impl Symbolizer {
         if let Some(t) = self.cache.get(&key) {
             return t.frame(addr);
         }
+        // Only a first sight of this address needs the mapping itself.
+        let mapping = self.processes.get(pid).and_then(|p| p.space.find(lookup).cloned());
         let t = self.user_template(pid, lookup, mapping.as_ref());
         let frame = t.frame(addr);
         self.cache.insert(key, t);

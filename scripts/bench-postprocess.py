@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""postprocess benchmark: one perf.data of the sample .NET web API under load (>= 30k samples, recorded by
+`profcpu collect`), turned into a flame graph two ways in the same session, alternating, RUNS times each:
+
+  profcpu postprocess -dir DIR
+      (regenerates perf_script.out, folded_stacks.out, flamegraph.svg, metadata.txt and prof.tar.gz)
+  perf script -i DIR/perf.data | inferno-collapse-perf | inferno-flamegraph > flamegraph.svg
+      (the classic pipeline; the API keeps running so that perf finds its /tmp/perf-PID.map)
+
+Prints every run's wall time and peak RSS (from wait4: the pipeline's per stage, its peak being the largest stage's
+and at most their sum), the medians, and the ratios. Sets up what it needs first (idempotent): the inferno CLI
+(`cargo install inferno --version 0.12.8` into the cache), the .NET runtime and the web API.
+
+Usage: scripts/bench-postprocess.py [--runs 3] [--seconds 2] [--freq 9999] [--profcpu target/release/profcpu]
+                                    [--dir EXISTING_COLLECTION] [--keep] [--setup-only]
+"""
+import argparse
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CACHE = os.environ.get("PROFCPU_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "profcpu")
+INFERNO_VERSION = "0.12.8"
+INFERNO_BIN = os.path.join(CACHE, "inferno", "bin")
+MIN_SAMPLES = 30000
+HOT_METHOD = "PricingEngine::ComputeDiscountCurve"
+
+
+def log(msg):
+    print(f"bench: {msg}", file=sys.stderr, flush=True)
+
+
+def die(msg):
+    print(f"bench: error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def setup_inferno():
+    collapse = os.path.join(INFERNO_BIN, "inferno-collapse-perf")
+    if os.access(collapse, os.X_OK) and os.access(os.path.join(INFERNO_BIN, "inferno-flamegraph"), os.X_OK):
+        return
+    log(f"installing inferno {INFERNO_VERSION} into {os.path.dirname(INFERNO_BIN)} (once, ~1 min)")
+    subprocess.run(["cargo", "install", "--quiet", "--locked", "inferno", "--version", INFERNO_VERSION,
+                    "--root", os.path.dirname(INFERNO_BIN)], check=True)
+
+
+def setup_dotnet():
+    subprocess.run(["bash", os.path.join(REPO, "scripts/dotnet-runtime.sh")], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["bash", os.path.join(REPO, "examples/webapi/build.sh")], check=True, stdout=subprocess.DEVNULL)
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def samples_of(run_dir):
+    with open(os.path.join(run_dir, "metadata.txt")) as f:
+        for line in f:
+            if line.startswith("samples: "):
+                return int(line.split()[1])
+    return 0
+
+
+def record(profcpu, work, port, api_pid, seconds, freq):
+    """Collects the API under load; records longer until there are enough samples."""
+    env = dict(os.environ, PORT=str(port))
+    while True:
+        # Its own process group: stopping it must stop wrk too, or the API stays busy during the timed runs.
+        load = subprocess.Popen(["bash", os.path.join(REPO, "examples/webapi/load.sh"), "cpu",
+                                 str(int(seconds) + 6), "4"], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        try:
+            time.sleep(1.5)
+            out = subprocess.run([profcpu, "collect", "-pid", str(api_pid), "-duration", str(seconds), "-freq",
+                                  str(freq), "-output", os.path.join(work, "collections")],
+                                 check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        finally:
+            os.killpg(load.pid, signal.SIGTERM)
+            load.wait()
+        run_dir = out.stdout.strip().splitlines()[-1]
+        n = samples_of(run_dir)
+        log(f"recorded {n} samples in {seconds} s at {freq} Hz: {run_dir}")
+        if n >= MIN_SAMPLES:
+            return run_dir
+        seconds = round(seconds * MIN_SAMPLES / max(n, 1) * 1.2, 1)
+        log(f"fewer than {MIN_SAMPLES}: recording again for {seconds} s")
+
+
+def cpu_ticks(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def settle(api_pid):
+    """Waits until the API is idle after the load (its thread pool winds down) and the recording is on disk."""
+    os.sync()
+    if not api_pid:
+        return
+    hz = os.sysconf("SC_CLK_TCK")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        before = cpu_ticks(api_pid)
+        time.sleep(0.5)
+        if (cpu_ticks(api_pid) - before) / hz < 0.02:
+            return
+    log("the API did not go idle; measuring anyway")
+
+
+def timed(argv_list, stdout_path):
+    """Runs a pipeline of commands (one command: a plain run); returns (wall s, [maxrss KB per stage])."""
+    procs = []
+    started = time.perf_counter()
+    prev = None
+    out = open(stdout_path, "wb")
+    for i, argv in enumerate(argv_list):
+        last = i == len(argv_list) - 1
+        p = subprocess.Popen(argv, stdin=prev.stdout if prev else subprocess.DEVNULL,
+                             stdout=out if last else subprocess.PIPE, stderr=subprocess.DEVNULL)
+        if prev:
+            prev.stdout.close()  # the next stage holds the only reader
+        procs.append(p)
+        prev = p
+    rss = {}
+    statuses = {}
+    while len(rss) < len(procs):
+        pid, status, usage = os.wait4(-1, 0)
+        for p in procs:
+            if p.pid == pid:
+                rss[pid] = usage.ru_maxrss
+                statuses[pid] = status
+    wall = time.perf_counter() - started
+    out.close()
+    for p in procs:
+        p.returncode = os.waitstatus_to_exitcode(statuses[p.pid])
+        if p.returncode != 0:
+            die(f"{' '.join(p.args)} exited with {p.returncode}")
+    return wall, [rss[p.pid] for p in procs]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--freq", type=int, default=9999)
+    ap.add_argument("--profcpu", default=os.path.join(REPO, "target/release/profcpu"))
+    ap.add_argument("--dir", help="an existing profcpu collection of a running app (skips recording)")
+    ap.add_argument("--keep", action="store_true", help="keep the work folder")
+    ap.add_argument("--setup-only", action="store_true", help="install what the benchmark needs, then stop")
+    args = ap.parse_args()
+
+    setup_inferno()
+    if not args.dir:
+        setup_dotnet()
+    if args.setup_only:
+        return
+    for tool in ["perf"]:
+        if not shutil.which(tool):
+            die(f"{tool} is not installed (scripts/setup-deps.sh)")
+    if not os.access(args.profcpu, os.X_OK):
+        die(f"{args.profcpu} is not built (cargo build --release)")
+
+    work = tempfile.mkdtemp(prefix="bench-postprocess.", dir=os.environ.get("TMPDIR", "/tmp"))
+    api_pid = None
+    try:
+        if args.dir:
+            run_dir = os.path.abspath(args.dir)
+        else:
+            port = free_port()
+            api = subprocess.run(["bash", os.path.join(REPO, "examples/webapi/run.sh"), "--port", str(port)],
+                                 check=True, stdout=subprocess.PIPE, text=True)
+            api_pid = int(api.stdout.strip())
+            log(f"web API running as PID {api_pid} on port {port}")
+            run_dir = record(args.profcpu, work, port, api_pid, args.seconds, args.freq)
+        perf_data = os.path.join(run_dir, "perf.data")
+        n = samples_of(run_dir)
+        size_mb = os.path.getsize(perf_data) / 1e6
+
+        ours = [args.profcpu, "postprocess", "-dir", run_dir]
+        pipeline = [["perf", "script", "-i", perf_data], [os.path.join(INFERNO_BIN, "inferno-collapse-perf")],
+                    [os.path.join(INFERNO_BIN, "inferno-flamegraph")]]
+        pipe_svg = os.path.join(work, "pipeline.svg")
+        settle(api_pid)
+        # Warm-up (page cache, perf's symbol loading), then alternate so both see the same machine state.
+        timed([ours], os.devnull)
+        timed(pipeline, pipe_svg)
+        for svg in [pipe_svg, os.path.join(run_dir, "flamegraph.svg")]:
+            if HOT_METHOD not in open(svg, encoding="utf-8", errors="replace").read():
+                die(f"{svg} does not name {HOT_METHOD}: JIT frames unnamed, the comparison would be unfair")
+        rows = []
+        for i in range(args.runs):
+            t_ours, rss_ours = timed([ours], os.devnull)
+            t_pipe, rss_pipe = timed(pipeline, pipe_svg)
+            rows.append((t_ours, rss_ours[0], t_pipe, rss_pipe))
+            log(f"run {i + 1}: profcpu {t_ours * 1e3:.0f} ms {rss_ours[0] / 1024:.1f} MB | pipeline {t_pipe * 1e3:.0f} ms, "
+                f"peak RSS per stage {' / '.join(f'{r / 1024:.1f}' for r in rss_pipe)} MB")
+
+        med = statistics.median
+        t_ours = med(r[0] for r in rows)
+        t_pipe = med(r[2] for r in rows)
+        rss_ours = max(r[1] for r in rows)
+        rss_stage = max(max(r[3]) for r in rows)
+        rss_sum = max(sum(r[3]) for r in rows)
+        script_mb = os.path.getsize(os.path.join(run_dir, "perf_script.out")) / 1e6
+        archive_mb = os.path.getsize(os.path.join(run_dir, "prof.tar.gz")) / 1e6
+        print(f"perf.data: {n} samples, {size_mb:.1f} MB ({run_dir})")
+        print(f"profcpu postprocess: median {t_ours * 1e3:.0f} ms (min {min(r[0] for r in rows) * 1e3:.0f}), "
+              f"peak RSS {rss_ours / 1024:.1f} MB; writes perf_script.out {script_mb:.0f} MB, "
+              f"prof.tar.gz {archive_mb:.1f} MB")
+        print(f"perf script | inferno-collapse-perf | inferno-flamegraph: median {t_pipe * 1e3:.0f} ms "
+              f"(min {min(r[2] for r in rows) * 1e3:.0f}), peak RSS {rss_stage / 1024:.1f} MB largest stage, "
+              f"{rss_sum / 1024:.1f} MB all stages")
+        print(f"speed-up {t_pipe / t_ours:.1f}x (target >= 10x); RSS {rss_ours / rss_stage:.2f}x of the largest "
+              f"stage, {rss_ours / rss_sum:.2f}x of all stages (target <= 1)")
+    finally:
+        if api_pid:
+            os.kill(api_pid, signal.SIGTERM)
+            for name in [f"/tmp/perf-{api_pid}.map", f"/tmp/perfinfo-{api_pid}.map"]:
+                try:
+                    os.unlink(name)
+                except FileNotFoundError:
+                    pass
+        if args.keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

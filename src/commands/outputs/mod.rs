@@ -1,0 +1,471 @@
+//! The stages after recording, shared by `collect` and `postprocess`: perf.data → symbolize → report → archive.
+//!
+//! One pass over the recording: each sample is named, shown through the view, rendered as perf script text and
+//! folded, then dropped ([`stream`]), so memory does not grow with the recording. A second thread writes
+//! perf_script.out and compresses it into prof.tar.gz as it comes ([`deflate`], [`tarball`]) while a third
+//! compresses perf.data into it; the small outputs join the archive at the end.
+//!
+//! Outputs are written into a fresh staging folder inside the output directory and then renamed into place, so a
+//! regenerated file replaces the old one (or a planted symlink) instead of writing through it, and a failure never
+//! leaves a half-written file under the final name.
+
+mod deflate;
+mod stream;
+mod tarball;
+
+use crate::perf_data::{PerfDataReader, Record};
+use crate::report::flamegraph::{self, FlameOptions};
+use crate::report::folded::{FoldOptions, Folded};
+use crate::report::meta::Metadata;
+use crate::report::script::ScriptOptions;
+use crate::report::view::{View, Viewer};
+use crate::report::{self, ReportSummary, Weight};
+use crate::symbolize::{SymbolizeOptions, SymbolizeStats, Symbolizer};
+use anyhow::{anyhow, bail, Context, Result};
+use deflate::SpanDeflater;
+use flate2::{Compression, Crc};
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+use stream::{Chunk, RecordingFacts, SampleSink, Streamed};
+use tarball::{Segment, Tarball};
+
+pub const PERF_DATA_FILE: &str = "perf.data";
+
+pub struct OutputRequest<'a> {
+    /// The output directory; perf.data (and `symbols/` when captured) are in it.
+    pub dir: &'a Path,
+    pub symbolize: SymbolizeOptions,
+    pub view: View,
+    pub per_thread: bool,
+    /// Overrides the flame graph's title.
+    pub title: Option<String>,
+    pub metadata: MetadataSource,
+}
+
+/// Where metadata.txt's facts come from.
+pub enum MetadataSource {
+    /// Known to the caller (the recorder, or a metadata.txt read back).
+    Given(Box<Metadata>),
+    /// Whatever perf.data says about itself (a recording from `perf record`): host, kernel, event, frequency,
+    /// samples, lost, duration, and the process with most samples.
+    FromRecording,
+}
+
+pub struct OutputSummary {
+    pub report: ReportSummary,
+    pub symbolize: SymbolizeStats,
+    pub samples_shown: u64,
+    pub archive: PathBuf,
+}
+
+/// How many chunks of script text may wait for the writer thread.
+const CHUNKS_IN_FLIGHT: usize = 3;
+
+/// Symbolizes `dir/perf.data` and (re)writes perf_script.out, folded_stacks.out, flamegraph.svg, metadata.txt and
+/// prof.tar.gz in `dir`.
+pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
+    let begun = Instant::now();
+    let dir = req.dir;
+    let perf_data = dir.join(PERF_DATA_FILE);
+    let reader = PerfDataReader::open(&perf_data)?;
+    if let Some(cut) = cut_short(&reader, &perf_data) {
+        if !has_a_sample(&reader) {
+            bail!("{} is {cut} before its first complete sample: there is nothing to show", perf_data.display());
+        }
+    }
+    // Archived from its own handle (read in pieces, not through the reader's mapping, so it does not stay resident).
+    let perf_data_file = File::open(&perf_data).with_context(|| format!("cannot open {}", perf_data.display()))?;
+    let perf_data_meta = perf_data_file.metadata().with_context(|| format!("cannot read {}", perf_data.display()))?;
+    let mut symbolizer = Symbolizer::new(&req.symbolize)?;
+
+    let staging = Staging::create(dir)?;
+    let script_path = staging.path().join(report::PERF_SCRIPT_FILE);
+    let script_file =
+        report::create_output(&script_path).with_context(|| format!("cannot create {}", script_path.display()))?;
+    let archive = Tarball::create(&staging.path().join(report::ARCHIVE_FILE))?;
+    let weight = Weight::default();
+    let (to_writer, chunks) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
+    let (recycle, recycled) = mpsc::channel::<Chunk>();
+
+    let (streamed, stats, mut archive, script_len, perf_segment) = std::thread::scope(|scope| -> Result<_> {
+        // perf.data goes into the archive as it is; compressing it needs nothing from the other stages.
+        let perf_segment = scope.spawn(|| {
+            let started = Instant::now();
+            let segment = Segment::of_file(
+                Compression::fast(),
+                Path::new(PERF_DATA_FILE),
+                perf_data_file,
+                perf_data_meta.len(),
+                tarball::mtime_of(&perf_data_meta),
+            );
+            tracing::debug!("perf.data compressed in {:.1?}", started.elapsed());
+            segment
+        });
+        let writer = scope.spawn(move || write_script(script_file, &script_path, chunks, recycle, archive));
+        let mut sink = SampleSink::new(
+            Viewer::new(req.view.clone()),
+            &ScriptOptions { weight },
+            &FoldOptions { event: None, weight },
+            req.per_thread,
+            to_writer,
+            recycled,
+        );
+        // The symbolizer reports the reader's warnings (with everything else it finds).
+        let started = Instant::now();
+        let stats = symbolizer.for_each_sample(&reader, |s| sink.take(s));
+        let streamed = sink.finish();
+        tracing::debug!("named, rendered and folded the samples in {:.1?}", started.elapsed());
+        // A failed writer (disk full) is the cause of any failure the stream then reports.
+        let (archive, script_len) = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))??;
+        let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
+        let perf_segment = perf_segment.join().map_err(|_| anyhow!("compressing perf.data panicked"))??;
+        Ok((streamed?, stats, archive, script_len, perf_segment))
+    })?;
+    let Streamed { folded, threads, facts, shown } = streamed;
+    if shown == 0 && facts.samples > 0 && (req.view.pid.is_some() || req.view.tid.is_some()) {
+        bail!("{}", nothing_selected(&req.view, &facts));
+    }
+
+    let mut meta = match req.metadata {
+        MetadataSource::Given(meta) => *meta,
+        MetadataSource::FromRecording => metadata_from_recording(&reader, &facts, &stats),
+    };
+    if meta.event.is_empty() {
+        meta.event = reader.events()[0].name.clone();
+    }
+    let mut flame = FlameOptions::for_profile(&meta, weight);
+    if let Some(title) = req.title {
+        flame.title = title;
+    }
+
+    // The small outputs, kept in memory for the archive too.
+    let now = tarball::now();
+    let mut small: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut notes = Vec::new();
+    small.push((report::FOLDED_FILE.into(), folded_text(&folded)?));
+    if folded.total() > 0 {
+        small.push((report::FLAMEGRAPH_FILE.into(), svg(&folded, &flame)?));
+    } else {
+        let why = if folded.is_empty() { "no samples with a stack" } else { "every sample has period 0" };
+        notes.push(format!("{why}: flamegraph.svg was not written"));
+    }
+    for (tid, comm, thread) in &threads {
+        small.push((report::thread_folded_file(*tid).into(), folded_text(thread)?));
+        if thread.total() > 0 {
+            small.push((report::thread_flamegraph_file(*tid).into(), svg(thread, &flame.for_thread(*tid, comm))?));
+        }
+    }
+    small.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
+    for (name, bytes) in &small {
+        write_new(&staging.path().join(name), bytes)?;
+    }
+    for note in &notes {
+        tracing::warn!("{note}");
+    }
+
+    // The archive: perf_script.out (streamed), perf.data, the small outputs, then what names the frames.
+    let mut entries: Vec<tarball::Entry> =
+        small.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
+    let mut naming_files = Vec::new();
+    if dir.join(report::SYMBOLS_DIR).is_dir() {
+        collect_tree(dir, Path::new(report::SYMBOLS_DIR), &mut naming_files)?;
+    } else {
+        for name in jit_files_beside(dir)? {
+            naming_files.push(Naming::File(name));
+        }
+    }
+    let contents = naming_files.iter().map(|n| n.read(dir)).collect::<Result<Vec<_>>>()?;
+    for (naming, content) in naming_files.iter().zip(&contents) {
+        entries.push(match (naming, content) {
+            (Naming::Dir(name, mtime), _) => tarball::Entry::Dir(name.clone(), *mtime),
+            (Naming::File(name), Some((bytes, mtime))) => tarball::Entry::File(name.clone(), bytes, *mtime),
+            (Naming::File(_), None) => continue,
+        });
+    }
+    archive.append(&perf_segment)?;
+    archive.append(&Segment::of_entries(Compression::default(), &entries, true)?)?;
+    archive.finish(&tarball::tar_header(Path::new(report::PERF_SCRIPT_FILE), script_len, now, false)?)?;
+
+    tracing::debug!("archive finished after {:.1?}", begun.elapsed());
+
+    let mut files: Vec<PathBuf> = vec![report::PERF_SCRIPT_FILE.into()];
+    files.extend(small.iter().map(|(name, _)| name.clone()));
+    files.push(report::ARCHIVE_FILE.into());
+    staging.publish(&files)?;
+    if !files.iter().any(|f| f.as_os_str() == report::FLAMEGRAPH_FILE) {
+        // A graph from an earlier run would contradict the new folded stacks.
+        remove_stale(&dir.join(report::FLAMEGRAPH_FILE))?;
+    }
+    files.pop();
+    tracing::debug!("outputs in place after {:.1?}", begun.elapsed());
+    let report =
+        ReportSummary { files, top: report::top::from_folded(&folded, 5), folded_samples: folded.samples(), notes };
+    Ok(OutputSummary { report, symbolize: stats, samples_shown: shown, archive: dir.join(report::ARCHIVE_FILE) })
+}
+
+/// The writer thread: perf_script.out on disk and, compressed, as the archive's first entry. Returns the archive
+/// and the script's length.
+fn write_script(
+    mut file: File,
+    path: &Path,
+    chunks: mpsc::Receiver<Chunk>,
+    recycle: mpsc::Sender<Chunk>,
+    mut archive: Tarball,
+) -> Result<(Tarball, u64)> {
+    let mut deflater = SpanDeflater::new();
+    let mut len = 0u64;
+    let (mut writing, mut compressing) = (Duration::ZERO, Duration::ZERO);
+    for chunk in chunks {
+        let started = Instant::now();
+        file.write_all(&chunk.text).with_context(|| format!("cannot write {}", path.display()))?;
+        writing += started.elapsed();
+        let started = Instant::now();
+        deflater.feed(&chunk.text, &chunk.spans);
+        compressing += started.elapsed();
+        archive.write_streamed(&deflater.take_output())?;
+        len += chunk.text.len() as u64;
+        let _ = recycle.send(chunk);
+    }
+    tracing::debug!("perf_script.out: {len} bytes written in {writing:.1?}, compressed in {compressing:.1?}");
+    let (tail, crc): (Vec<u8>, Crc) = deflater.finish();
+    archive.end_streamed(&tail, &crc, len)?;
+    Ok((archive, len))
+}
+
+fn folded_text(folded: &Folded) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    folded.write(&mut out)?;
+    Ok(out)
+}
+
+fn svg(folded: &Folded, opts: &FlameOptions) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    flamegraph::write_svg(folded, opts, &mut out)?;
+    Ok(out)
+}
+
+/// A file or folder of what names the frames (`symbols/`, or perf maps beside a `perf record` perf.data).
+enum Naming {
+    Dir(PathBuf, u64),
+    File(PathBuf),
+}
+
+impl Naming {
+    /// A file's bytes and modification time, read without following a symlink; `None` for a folder.
+    fn read(&self, dir: &Path) -> Result<Option<(Vec<u8>, u64)>> {
+        let Naming::File(name) = self else { return Ok(None) };
+        let path = dir.join(name);
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .with_context(|| format!("cannot archive {}", path.display()))?;
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut file, &mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
+        let mtime = file.metadata().map(|m| tarball::mtime_of(&m)).unwrap_or(0);
+        Ok(Some((bytes, mtime)))
+    }
+}
+
+/// `rel` (a folder in `dir`) and everything in it, in name order: folders and regular files; anything else (a
+/// symlink, a device) is left out with a warning.
+fn collect_tree(dir: &Path, rel: &Path, out: &mut Vec<Naming>) -> Result<()> {
+    let full = dir.join(rel);
+    let meta = std::fs::symlink_metadata(&full).with_context(|| format!("cannot archive {}", full.display()))?;
+    out.push(Naming::Dir(rel.to_owned(), tarball::mtime_of(&meta)));
+    let mut children: Vec<_> = std::fs::read_dir(&full)
+        .and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect::<std::io::Result<Vec<_>>>())
+        .with_context(|| format!("cannot list {}", full.display()))?;
+    children.sort();
+    for child in children {
+        let rel = rel.join(child);
+        let kind = std::fs::symlink_metadata(dir.join(&rel))
+            .with_context(|| format!("cannot archive {}", dir.join(&rel).display()))?
+            .file_type();
+        if kind.is_dir() {
+            collect_tree(dir, &rel, out)?;
+        } else if kind.is_file() {
+            out.push(Naming::File(rel));
+        } else {
+            tracing::warn!("{} is not a regular file: left out of the archive", dir.join(&rel).display());
+        }
+    }
+    Ok(())
+}
+
+/// How a recording's data section is cut short ("cut short (120 of 40960 bytes of records present)"), if it is.
+fn cut_short(reader: &PerfDataReader, path: &Path) -> Option<String> {
+    let len = std::fs::metadata(path).ok()?.len();
+    let data = reader.header().data;
+    let end = data.offset.saturating_add(data.size);
+    (end > len)
+        .then(|| format!("cut short ({} of {} bytes of records present)", len.saturating_sub(data.offset), data.size))
+}
+
+/// Whether at least one sample record can be read (stops at the first).
+fn has_a_sample(reader: &PerfDataReader) -> bool {
+    let mut found = false;
+    let _ = reader.for_each_record(|r| {
+        found = matches!(r, Record::Sample(_));
+        if found {
+            bail!("found");
+        }
+        Ok(())
+    });
+    found
+}
+
+/// The one line said when `-pid`/`-tid` select nothing: what the recording does have.
+fn nothing_selected(view: &View, facts: &RecordingFacts) -> String {
+    let pids = &facts.per_pid;
+    let tids: BTreeMap<u32, u64> = facts
+        .per_thread
+        .iter()
+        .filter(|((pid, _), _)| view.pid == Some(*pid))
+        .map(|((_, tid), n)| (*tid, *n))
+        .collect();
+    let wanted = match (view.pid, view.tid) {
+        (Some(pid), Some(tid)) => format!("PID {pid} thread {tid}"),
+        (Some(pid), None) => format!("PID {pid}"),
+        (None, Some(tid)) => format!("thread {tid}"),
+        (None, None) => "the selection".into(),
+    };
+    let listing = |items: Vec<String>, what: &str| {
+        let more = items.len().saturating_sub(10);
+        let mut text = items.into_iter().take(10).collect::<Vec<_>>().join(", ");
+        if more > 0 {
+            text.push_str(&format!(" and {more} more"));
+        }
+        format!("{what} with samples: {text}")
+    };
+    let have = if view.pid.is_some() && !tids.is_empty() {
+        listing(tids.keys().map(u32::to_string).collect(), &format!("threads of PID {}", view.pid.unwrap_or(0)))
+    } else {
+        let mut by_count: Vec<_> = pids.iter().collect();
+        by_count.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then(a.0.cmp(b.0)));
+        listing(by_count.iter().map(|(pid, (_, comm))| format!("{pid} ({comm})")).collect(), "PIDs")
+    };
+    format!("the recording has no samples of {wanted}; {have} (nothing was written)")
+}
+
+/// metadata.txt for a recording without one.
+fn metadata_from_recording(reader: &PerfDataReader, facts: &RecordingFacts, stats: &SymbolizeStats) -> Metadata {
+    let features = reader.features();
+    let attr = &reader.events()[0].attr;
+    // The process with most samples is the one the recording was about.
+    let main = facts.per_pid.iter().max_by_key(|(_, (n, _))| *n);
+    Metadata {
+        host: features.hostname.clone().unwrap_or_default(),
+        kernel: features.osrelease.clone().unwrap_or_default(),
+        pid: main.map(|(pid, _)| *pid),
+        comm: main.map(|(_, (_, comm))| comm.to_string()).unwrap_or_default(),
+        command_line: String::new(),
+        duration_secs: match facts.first_time {
+            Some(first) if facts.last_time > first => Some((facts.last_time - first) as f64 / 1e9),
+            _ => None,
+        },
+        frequency_hz: attr.is_freq().then(|| attr.sample_freq_or_period()),
+        event: reader.events()[0].name.clone(),
+        samples: facts.samples,
+        lost: stats.lost_samples,
+        ..Metadata::default()
+    }
+}
+
+/// Removes an output an earlier run left (a file or a symlink, never what a symlink points to).
+fn remove_stale(path: &Path) -> Result<()> {
+    match path.symlink_metadata() {
+        Ok(m) if !m.is_dir() => {
+            std::fs::remove_file(path).with_context(|| format!("cannot remove the outdated {}", path.display()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `perf-<pid>.map` and `jit-<pid>.dump` files saved beside a perf.data from `perf record` (regular files only),
+/// so its archive names JIT frames wherever it is opened.
+fn jit_files_beside(dir: &Path) -> Result<Vec<PathBuf>> {
+    let is_pid = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let jit_file = name.strip_prefix("perf-").and_then(|n| n.strip_suffix(".map")).is_some_and(is_pid)
+            || name.strip_prefix("jit-").and_then(|n| n.strip_suffix(".dump")).is_some_and(is_pid);
+        if jit_file && entry.file_type().is_ok_and(|t| t.is_file()) {
+            found.push(PathBuf::from(name));
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// Writes bytes to a path that must not exist yet (never through a symlink).
+pub fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
+    let mut f = report::create_output(path).with_context(|| format!("cannot create {}", path.display()))?;
+    f.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// A private folder inside the output directory; files are made there and renamed into the directory.
+struct Staging {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl Staging {
+    fn create(dir: &Path) -> Result<Self> {
+        let path = dir.join(format!(".profcpu-staging-{}", std::process::id()));
+        if path.symlink_metadata().is_ok() {
+            std::fs::remove_dir_all(&path).with_context(|| format!("cannot remove stale {}", path.display()))?;
+        }
+        std::fs::create_dir(&path).with_context(|| format!("cannot write into {}", dir.display()))?;
+        Ok(Staging { dir: dir.to_owned(), path })
+    }
+
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Moves the given staged files to their final names (a rename replaces a symlink, never follows it). Checks
+    /// first that no final name is a folder, so that either all or (on an I/O error) few are replaced.
+    ///
+    /// An old file is first moved into the staging folder (and deleted with it): renaming over an existing file
+    /// makes ext4 write the new file out at once (its `auto_da_alloc` safeguard), which for a big perf_script.out
+    /// costs more than everything else of a run.
+    fn publish(&self, files: &[PathBuf]) -> Result<()> {
+        for f in files {
+            let target = self.dir.join(f);
+            if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+                bail!("{} is a folder; remove it to regenerate the outputs", target.display());
+            }
+        }
+        for (i, f) in files.iter().enumerate() {
+            let target = self.dir.join(f);
+            if target.symlink_metadata().is_ok() {
+                let old = self.path.join(format!(".old-{i}"));
+                std::fs::rename(&target, &old)
+                    .with_context(|| format!("cannot move the old {} out of the way", target.display()))?;
+            }
+            std::fs::rename(self.path.join(f), &target)
+                .with_context(|| format!("cannot move the new {} into place", target.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Prints the hottest frames (to stderr: stdout is kept for the output folder's path, for scripts).
+pub fn print_summary(summary: &OutputSummary) {
+    eprintln!("{}", summary.report.top);
+}

@@ -1,0 +1,178 @@
+//! prof.tar.gz as the outputs are being made: one gzip member (RFC 1952) of a plain tar (GNU headers, relative
+//! paths, files and folders only), joined from deflate segments made independently (see [`super::deflate`]).
+//!
+//! The first entry (perf_script.out) is streamed: its content is compressed while it is written, before its size
+//! is known, so its tar header goes into a stored block that is rewritten in place at the end. Every other entry
+//! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
+
+use super::deflate::{deflate_segment, stored_block, Deflater, FINAL_BLOCK};
+use crate::report::create_output;
+use anyhow::{Context, Result};
+use flate2::{Compression, Crc};
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+const BLOCK: usize = 512;
+const ZEROS: [u8; 2 * BLOCK] = [0; 2 * BLOCK];
+
+/// Gzip header: deflate, no name or extra fields, no time, OS Unix.
+const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+
+/// A tar header for a regular file or a folder (a relative path of at most 100 bytes).
+pub fn tar_header(path: &Path, size: u64, mtime: u64, dir: bool) -> Result<[u8; BLOCK]> {
+    let mut h = tar::Header::new_gnu();
+    // A trailing slash marks folders the way GNU tar writes them.
+    let mut name = path.as_os_str().to_os_string();
+    if dir {
+        name.push("/");
+    }
+    h.set_path(&name).with_context(|| format!("cannot archive {}: name too long", path.display()))?;
+    h.set_entry_type(if dir { tar::EntryType::Directory } else { tar::EntryType::Regular });
+    h.set_size(size);
+    h.set_mode(if dir { 0o755 } else { 0o644 });
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(mtime);
+    h.set_cksum();
+    Ok(*h.as_bytes())
+}
+
+/// One archive entry made from bytes at hand.
+pub enum Entry<'a> {
+    Dir(PathBuf, u64),
+    /// Name, content, modification time.
+    File(PathBuf, &'a [u8], u64),
+}
+
+/// Zero bytes that pad an entry of `size` bytes to the block size.
+pub fn padding(size: u64) -> &'static [u8] {
+    &ZEROS[..(BLOCK - size as usize % BLOCK) % BLOCK]
+}
+
+/// The end-of-archive marker: two zero blocks.
+pub fn end_of_archive() -> &'static [u8] {
+    &ZEROS
+}
+
+pub fn mtime_of(meta: &std::fs::Metadata) -> u64 {
+    meta.modified().ok().and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok()).map_or(0, |d| d.as_secs())
+}
+
+pub fn now() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// One compressed piece of the archive and what it decompresses to.
+pub struct Segment {
+    pub compressed: Vec<u8>,
+    pub crc: Crc,
+}
+
+impl Segment {
+    /// A segment of one entry read from an open file (`len` bytes of it, in pieces: the file is not kept in
+    /// memory).
+    pub fn of_file(level: Compression, name: &Path, mut file: File, len: u64, mtime: u64) -> Result<Segment> {
+        let mut d = Deflater::new(level);
+        d.feed(&tar_header(name, len, mtime, false)?);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut left = len;
+        while left > 0 {
+            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            let n = std::io::Read::read(&mut file, &mut buf[..want])
+                .with_context(|| format!("cannot read {}", name.display()))?;
+            if n == 0 {
+                anyhow::bail!("{} became shorter while it was archived", name.display());
+            }
+            d.feed(&buf[..n]);
+            left -= n as u64;
+        }
+        d.feed(padding(len));
+        let (compressed, crc) = d.finish();
+        Ok(Segment { compressed, crc })
+    }
+
+    /// A segment of whole entries (header, content, padding each), ending the archive if `last`.
+    pub fn of_entries(level: Compression, entries: &[Entry], last: bool) -> Result<Segment> {
+        let mut headers = Vec::with_capacity(entries.len());
+        for entry in entries {
+            headers.push(match entry {
+                Entry::Dir(name, mtime) => tar_header(name, 0, *mtime, true)?,
+                Entry::File(name, content, mtime) => tar_header(name, content.len() as u64, *mtime, false)?,
+            });
+        }
+        let parts = entries.iter().zip(&headers).flat_map(|(entry, header)| {
+            let content: &[u8] = match entry {
+                Entry::Dir(..) => &[],
+                Entry::File(_, content, _) => content,
+            };
+            [&header[..], content, padding(content.len() as u64)]
+        });
+        let end: &[u8] = if last { end_of_archive() } else { &[] };
+        let (compressed, crc) = deflate_segment(level, parts.chain([end]));
+        Ok(Segment { compressed, crc })
+    }
+}
+
+pub struct Tarball {
+    file: File,
+    path: PathBuf,
+    /// Where the streamed entry's header (the payload of a stored block) lies in the file.
+    first_header_at: u64,
+    /// The CRC of everything after that header.
+    crc_after_header: Crc,
+}
+
+impl Tarball {
+    /// Creates the archive (a new file) and reserves the streamed first entry's header.
+    pub fn create(path: &Path) -> Result<Tarball> {
+        let mut file = create_output(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let placeholder = stored_block(&[0; BLOCK]);
+        file.write_all(&GZIP_HEADER)
+            .and_then(|()| file.write_all(&placeholder))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let first_header_at = (GZIP_HEADER.len() + placeholder.len() - BLOCK) as u64;
+        Ok(Tarball { file, path: path.to_owned(), first_header_at, crc_after_header: Crc::new() })
+    }
+
+    /// Appends compressed bytes of the streamed entry (their CRC is given at [`end_streamed`](Self::end_streamed)).
+    pub fn write_streamed(&mut self, compressed: &[u8]) -> Result<()> {
+        self.file.write_all(compressed).with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// Ends the streamed entry: its last compressed bytes, the CRC and length of its content, and the padding.
+    pub fn end_streamed(&mut self, compressed: &[u8], content_crc: &Crc, content_len: u64) -> Result<()> {
+        self.write_streamed(compressed)?;
+        self.crc_after_header.combine(content_crc);
+        let pad = padding(content_len);
+        if !pad.is_empty() {
+            let mut crc = Crc::new();
+            crc.update(pad);
+            self.crc_after_header.combine(&crc);
+            self.write_streamed(&stored_block(pad))?;
+        }
+        Ok(())
+    }
+
+    pub fn append(&mut self, segment: &Segment) -> Result<()> {
+        self.crc_after_header.combine(&segment.crc);
+        self.file.write_all(&segment.compressed).with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// Writes the end of the stream, the gzip trailer, and the streamed entry's real header over the reserved one.
+    pub fn finish(mut self, first_header: &[u8; BLOCK]) -> Result<()> {
+        let ctx = || format!("cannot write {}", self.path.display());
+        let mut crc = Crc::new();
+        crc.update(first_header);
+        crc.combine(&self.crc_after_header);
+        self.file.write_all(&FINAL_BLOCK).with_context(ctx)?;
+        // ISIZE is the length modulo 2^32, which is what Crc::amount counts.
+        let mut trailer = crc.sum().to_le_bytes().to_vec();
+        trailer.extend_from_slice(&crc.amount().to_le_bytes());
+        self.file.write_all(&trailer).with_context(ctx)?;
+        self.file.write_all_at(first_header, self.first_header_at).with_context(ctx)?;
+        Ok(())
+    }
+}
