@@ -191,14 +191,18 @@ impl Api {
     /// The API in its own PID and mount namespace with a private tmpfs on /tmp (network shared, so the host can
     /// load it): the `docker run` situation without Docker. It is PID 1 there.
     pub fn in_container(work: &WorkDir) -> Api {
-        prepared();
+        let prepared = prepared();
         let port = free_port();
         let mut cmd = Command::new("unshare");
-        // --kill-child: the API dies with unshare, whatever happens to the test.
+        // --kill-child: the API dies with unshare, whatever happens to the test. The runtime is started directly
+        // (not through run.sh) because the checkout itself may live under the /tmp that the tmpfs hides.
         cmd.args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private"])
-            .args(["sh", "-c", "mount -t tmpfs tmpfs /tmp && exec bash \"$0\" --foreground --port \"$1\""])
-            .arg(repo().join("examples/webapi/run.sh"))
-            .arg(port.to_string());
+            .args(["sh", "-c", "mount -t tmpfs tmpfs /tmp && exec \"$0\" \"$@\""])
+            .arg(prepared.runtime_dir.join("dotnet"))
+            .arg(&prepared.dll)
+            .args(["--port", &port.to_string()])
+            .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
+            .env("COMPlus_PerfMapEnabled", std::env::var("COMPlus_PerfMapEnabled").unwrap_or_else(|_| "1".into()));
         let api = Api::spawn(cmd, port, work.join(format!("api-{port}.log")), true);
         assert_eq!(api.nspid(), 1, "the namespaced API is not PID 1 in its PID namespace");
         api
