@@ -6,7 +6,7 @@
 //! other special entry, or the same path twice. It then creates every file with `O_CREAT|O_EXCL|O_NOFOLLOW` while
 //! walking directories with `O_NOFOLLOW`, so nothing already on disk (a planted symlink) can redirect a write.
 
-use crate::report::create_output;
+use crate::new_file;
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::read::GzDecoder;
 use flate2::write::GzEncoder;
@@ -29,7 +29,7 @@ use tar::{EntryType, Header};
 /// when they point inside the archived tree; symlinked folders on the way to an entry are not followed. Returns
 /// the archived paths in archive order.
 pub fn create<P: AsRef<Path>>(dir: &Path, entries: &[P], out: &Path) -> Result<Vec<PathBuf>> {
-    let file = create_output(out).with_context(|| format!("creating {}", out.display()))?;
+    let file = new_file::create(out).with_context(|| format!("creating {}", out.display()))?;
     let mut builder =
         tar::Builder::new(GzEncoder::new(BufWriter::with_capacity(256 * 1024, file), Compression::default()));
     let mut archived = Vec::new();

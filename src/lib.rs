@@ -7,6 +7,7 @@
 pub mod archive;
 pub mod cli;
 pub mod commands;
+pub mod new_file;
 pub mod perf_data;
 pub mod record;
 pub mod report;

@@ -5,9 +5,8 @@ use super::bytes::Encoder;
 use super::header::{EventDesc, Features, FileHeader, Section, FILE_HEADER_SIZE};
 use super::records::{Record, PERF_RECORD_FINISHED_ROUND};
 use anyhow::{Context, Result};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub struct PerfDataWriter {
@@ -23,12 +22,7 @@ pub struct PerfDataWriter {
 impl PerfDataWriter {
     /// Creates `path`, which must not exist yet: never writes through a symlink or over another file.
     pub fn create(path: &Path, events: Vec<EventDesc>) -> Result<Self> {
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
+        let file = crate::new_file::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         let format = events.first().map(|e| e.attr.sample_format()).unwrap_or_default();
         let mut out = BufWriter::with_capacity(1 << 20, file);
         // A header with zero sizes until `finish`: a file cut short is recognisable as unfinished.

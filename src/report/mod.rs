@@ -22,7 +22,6 @@ use crate::symbolize::ResolvedSample;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 pub const PERF_SCRIPT_FILE: &str = "perf_script.out";
@@ -51,16 +50,6 @@ pub enum Weight {
     Period,
     /// 1 per sample. perf_script.out then leaves the period out so that collapsing it counts samples too.
     Samples,
-}
-
-/// Creates a new output file: fails if the path exists, and never follows a symlink planted there.
-pub fn create_output(path: &Path) -> io::Result<File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
 }
 
 /// Options for [`write_outputs`].
@@ -150,13 +139,13 @@ pub fn write_outputs(dir: &Path, samples: &[ResolvedSample], opts: &ReportOption
 }
 
 fn write_file(path: &Path, write: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>) -> Result<()> {
-    let file = create_output(path).with_context(|| format!("creating {}", path.display()))?;
+    let file = crate::new_file::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut out = BufWriter::with_capacity(256 * 1024, file);
     write(&mut out).and_then(|()| out.flush()).with_context(|| format!("writing {}", path.display()))
 }
 
 fn write_svg_file(path: &Path, folded: &folded::Folded, opts: &flamegraph::FlameOptions) -> Result<()> {
-    let file = create_output(path).with_context(|| format!("creating {}", path.display()))?;
+    let file = crate::new_file::create(path).with_context(|| format!("creating {}", path.display()))?;
     let mut out = BufWriter::with_capacity(256 * 1024, file);
     flamegraph::write_svg(folded, opts, &mut out).with_context(|| format!("writing {}", path.display()))?;
     out.flush().with_context(|| format!("writing {}", path.display()))

@@ -37,7 +37,7 @@ struct Mirror {
 
 impl Mirror {
     fn new(src: File, dst_path: &Path) -> Result<Mirror> {
-        let dst = captured::create_new(dst_path).with_context(|| format!("cannot create {}", dst_path.display()))?;
+        let dst = crate::new_file::create(dst_path).with_context(|| format!("cannot create {}", dst_path.display()))?;
         Ok(Mirror { src, dst, copied: 0 })
     }
 

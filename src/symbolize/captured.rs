@@ -22,9 +22,7 @@ use super::ranges::{Range, RangeTable};
 use super::root_path::open_regular_nofollow;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
-use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -38,21 +36,6 @@ pub fn perf_map_name(pid: u32) -> String {
 
 pub fn jitdump_name(pid: u32) -> String {
     format!("jit-{pid}.dump")
-}
-
-/// Creates a new file for writing: never overwrites, never follows a symlink.
-pub fn create_new(path: &Path) -> std::io::Result<File> {
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-}
-
-fn write_new(path: &Path, text: &str) -> Result<()> {
-    let mut f = create_new(path).with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn escape_path(p: &str) -> String {
@@ -231,7 +214,7 @@ pub fn write_processes(dir: &Path, processes: &BTreeMap<u32, CapturedProcess>) -
     for (pid, p) in processes {
         text.push_str(&format!("{pid} {} {}\n", p.nspid, p.uid));
     }
-    write_new(&dir.join(PROCESSES_FILE), &text)
+    crate::new_file::write(&dir.join(PROCESSES_FILE), text.as_bytes())
 }
 
 /// Writes `dsos.txt`, `dso-N.syms` and `kernel.syms` from a run's usage; returns the bytes written.
@@ -249,7 +232,7 @@ pub fn write_usage(dir: &Path, usage: &Usage) -> Result<u64> {
                     text.push_str(&format!("{start:x} {:x} {}\n", end - start, one_line(sym)));
                 }
                 written += text.len() as u64;
-                write_new(&dir.join(&name), &text)?;
+                crate::new_file::write(&dir.join(&name), text.as_bytes())?;
                 name
             }
             None => "-".to_string(),
@@ -258,7 +241,7 @@ pub fn write_usage(dir: &Path, usage: &Usage) -> Result<u64> {
         index.push_str(&format!("{symfile} {}:{}:{} {build_id} {}\n", id.maj, id.min, id.ino, escape_path(&id.path)));
     }
     written += index.len() as u64;
-    write_new(&dir.join(DSOS_FILE), &index)?;
+    crate::new_file::write(&dir.join(DSOS_FILE), index.as_bytes())?;
 
     let mut text = String::from("# profcpu captured kernel symbols: START SIZE MODULE NAME\n");
     if usage.kernel_hidden {
@@ -268,7 +251,7 @@ pub fn write_usage(dir: &Path, usage: &Usage) -> Result<u64> {
         text.push_str(&format!("{start:x} {:x} {module} {}\n", end - start, one_line(name)));
     }
     written += text.len() as u64;
-    write_new(&dir.join(KERNEL_FILE), &text)?;
+    crate::new_file::write(&dir.join(KERNEL_FILE), text.as_bytes())?;
     Ok(written)
 }
 

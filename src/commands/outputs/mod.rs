@@ -86,7 +86,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let staging = Staging::create(dir)?;
     let script_path = staging.path().join(report::PERF_SCRIPT_FILE);
     let script_file =
-        report::create_output(&script_path).with_context(|| format!("cannot create {}", script_path.display()))?;
+        crate::new_file::create(&script_path).with_context(|| format!("cannot create {}", script_path.display()))?;
     let archive = Tarball::create(&staging.path().join(report::ARCHIVE_FILE))?;
     let weight = Weight::default();
     let (to_writer, chunks) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
@@ -162,7 +162,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     }
     small.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
     for (name, bytes) in &small {
-        write_new(&staging.path().join(name), bytes)?;
+        crate::new_file::write(&staging.path().join(name), bytes)?;
     }
     for note in &notes {
         tracing::warn!("{note}");
@@ -404,12 +404,6 @@ fn jit_files_beside(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     found.sort();
     Ok(found)
-}
-
-/// Writes bytes to a path that must not exist yet (never through a symlink).
-pub fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
-    let mut f = report::create_output(path).with_context(|| format!("cannot create {}", path.display()))?;
-    f.write_all(bytes).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// A private folder inside the output directory; files are made there and renamed into the directory.

@@ -6,7 +6,7 @@
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
 use super::deflate::{deflate_segment, stored_block, Deflater, FINAL_BLOCK};
-use crate::report::create_output;
+use crate::new_file;
 use anyhow::{Context, Result};
 use flate2::{Compression, Crc};
 use std::fs::File;
@@ -128,7 +128,7 @@ pub struct Tarball {
 impl Tarball {
     /// Creates the archive (a new file) and reserves the streamed first entry's header.
     pub fn create(path: &Path) -> Result<Tarball> {
-        let mut file = create_output(path).with_context(|| format!("cannot create {}", path.display()))?;
+        let mut file = new_file::create(path).with_context(|| format!("cannot create {}", path.display()))?;
         let placeholder = stored_block(&[0; BLOCK]);
         file.write_all(&GZIP_HEADER)
             .and_then(|()| file.write_all(&placeholder))
