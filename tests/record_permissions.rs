@@ -15,13 +15,46 @@ fn paranoid() -> i32 {
     std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap()
 }
 
+/// A folder every user can reach, with copies of profcpu and the busy workload: the build folder may lie under a
+/// home directory that `nobody` cannot enter (e.g. /root/…, mode 0700).
+fn nobody_dir() -> &'static std::path::Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        // Folders of earlier runs whose test process is gone are removed (this one stays until the next run).
+        for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("profcpu-perm-") {
+                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("profcpu-perm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for (from, name) in [(PathBuf::from(PROFCPU), "profcpu"), (busy_binary().to_path_buf(), "busy")] {
+            std::fs::copy(&from, dir.join(name)).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+            std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        dir
+    })
+}
+
+/// The busy workload, runnable by nobody.
+fn busy_for_nobody() -> String {
+    nobody_dir().join("busy").to_str().unwrap().to_string()
+}
+
 /// Runs `profcpu collect ARGS` as nobody with every capability dropped, under a shell prefix (e.g. `ulimit -l 64;`).
 fn collect_as_nobody(shell_prefix: &str, args: &[&str]) -> (Output, PathBuf) {
     // SAFETY: geteuid has no preconditions.
     assert_eq!(unsafe { libc::geteuid() }, 0, "these tests switch to user nobody and must run as root");
-    let out = temp_dir("perm");
+    let out = nobody_dir().join(format!("out-{}", std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()));
+    std::fs::create_dir(&out).unwrap();
     std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut cmd = format!("{shell_prefix} exec {PROFCPU} collect -output {}", out.display());
+    let profcpu = nobody_dir().join("profcpu");
+    let mut cmd = format!("{shell_prefix} exec {} collect -output {}", profcpu.display(), out.display());
     for a in args {
         cmd.push(' ');
         cmd.push_str(a);
@@ -50,7 +83,7 @@ fn refusal(o: &Output) -> String {
 
 #[test]
 fn unprivileged_own_command_falls_back_to_user_space_with_a_notice() {
-    let busy = busy_binary().to_str().unwrap().to_string();
+    let busy = busy_for_nobody();
     let (o, _) = collect_as_nobody("", &["-duration", "1", "--", &busy, "--seconds", "3"]);
     let c = finish_collect(o);
     let rec = Recording::read(&c.perf_data());
@@ -101,7 +134,7 @@ fn unprivileged_pid_of_another_user_is_refused_naming_the_capabilities() {
 
 #[test]
 fn ring_buffers_shrink_when_locked_memory_runs_out() {
-    let busy = busy_binary().to_str().unwrap().to_string();
+    let busy = busy_for_nobody();
     // 4096 pages (16 MiB) per CPU is far more than perf_event_mlock_kb plus a 64 KiB RLIMIT_MEMLOCK allow.
     let (o, _) =
         collect_as_nobody("ulimit -l 64;", &["-duration", "1", "-mmap-pages", "4096", "--", &busy, "--seconds", "3"]);
