@@ -6,19 +6,22 @@
 //!   map saved beside perf.data after it is gone, agreeing with `perf script`;
 //! - the flame graph of the collection opens in headless Chromium and its search finds the hot method.
 
+#[path = "support/chromium.rs"]
+mod browser;
 #[path = "postprocess_common.rs"]
 mod common;
 #[path = "support/dotnet.rs"]
 mod dotnet;
 #[path = "support/profiling.rs"]
 mod profiling;
+use browser::chromium;
 
 use common::{copy_tree, folded_map, postprocess_ok, read, tar_list, Scratch, PROFCPU};
 use dotnet::{build_app, dotnet_command, runtime_dir};
 use profiling::{exclusive, perf_record, perf_script_leaves, RunningApp};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 const HOT_METHOD: &str = "Workload::SpinThreeQuarters";
@@ -212,44 +215,6 @@ fn a_perf_record_of_the_app_gets_its_jit_frames_named() {
     without_app_files(&[PROFCPU, "postprocess", "-dir", elsewhere.to_str().unwrap()]);
     let offline = read(&elsewhere.join("folded_stacks.out"));
     assert!((share(&offline, HOT_METHOD) - share(&live, HOT_METHOD)).abs() < 1e-9, "JIT names lost offline");
-}
-
-/// Headless Chromium on `url`; fails the test with a clear message when it is missing or hangs.
-fn chromium(extra: &[&str], url: &str, profile_dir: &Path) -> String {
-    let binary = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| Command::new(b).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
-        .unwrap_or_else(|| panic!("Chromium is required for this test and was not found: apt-get install -y chromium"));
-    let mut child = Command::new(binary)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"])
-        .args(["--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars"])
-        .arg(format!("--user-data-dir={}", profile_dir.display()))
-        .args(extra)
-        .arg(url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting chromium");
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
-        text
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "chromium exited with {status}");
-            break;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("chromium did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    reader.join().unwrap()
 }
 
 #[test]

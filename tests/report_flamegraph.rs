@@ -10,11 +10,14 @@ use profcpu::report::meta::Metadata;
 use profcpu::report::Weight;
 use profcpu::symbolize::{FrameKind, ResolvedSample};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
+use std::time::Instant;
+
+#[path = "support/chromium.rs"]
+mod browser;
 #[path = "report_common.rs"]
 mod common;
+use browser::chromium;
 use common::{frame, jit, kernel, native, sample};
 
 /// A .NET-looking profile: 70% in `App::HotMethod`, the rest spread over other frames of every kind.
@@ -107,53 +110,6 @@ fn svg_has_titles_colours_by_kind_and_tooltips() {
     if std::env::var_os("PROFCPU_KEEP_SVG").is_none() {
         std::fs::remove_dir_all(&dir).unwrap();
     }
-}
-
-/// Runs Chromium headless on `url` with `extra` flags; fails the test with a clear message when it is missing or
-/// does not finish in time.
-fn chromium(extra: &[&str], url: &str, profile_dir: &Path) -> String {
-    let binary = ["chromium", "chromium-browser", "google-chrome"]
-        .into_iter()
-        .find(|b| Command::new(b).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok())
-        .unwrap_or_else(|| panic!("Chromium is required for this test and was not found: apt-get install -y chromium"));
-    let mut child = Command::new(binary)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--no-first-run",
-            "--hide-scrollbars",
-        ])
-        .arg(format!("--user-data-dir={}", profile_dir.display()))
-        .args(extra)
-        .arg(url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("starting chromium");
-    let mut stdout = child.stdout.take().unwrap();
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut stdout, &mut text).unwrap();
-        text
-    });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "chromium exited with {status}");
-            break;
-        }
-        if Instant::now() > deadline {
-            child.kill().unwrap();
-            child.wait().unwrap();
-            panic!("chromium did not finish within 60 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    reader.join().unwrap()
 }
 
 #[test]
