@@ -158,13 +158,16 @@ fn a_thread_started_after_collection_began_is_sampled() {
 fn all_mode_samples_every_process_and_synthesizes_them() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let busy = Busy::start(&["--seconds", "30"]);
+    // One more spinner per further CPU, so that every CPU has work to be sampled (an idle CPU in a tickless kernel
+    // may give no cpu-clock sample at all in 1.5 s).
+    let online = profcpu::record::target::online_cpus().unwrap();
+    let _others: Vec<Busy> = (1..online.len()).map(|_| Busy::start(&["--seconds", "30"])).collect();
     let out = temp_dir("engine-all");
     let c = collect(&["-all", "-duration", "1.5", "-output", out.to_str().unwrap()]);
     let rec = Recording::read(&c.perf_data());
     let pids: HashSet<u32> = rec.samples().map(|s| s.pid).collect();
     assert!(pids.contains(&busy.info.pid), "the busy process was not sampled; pids: {pids:?}");
     let cpus: HashSet<u32> = rec.samples().map(|s| s.cpu).collect();
-    let online = profcpu::record::target::online_cpus().unwrap();
     assert_eq!(cpus.len(), online.len(), "samples from CPUs {cpus:?}, online {online:?}");
     // The single spinning thread gets ~99 Hz x 1.5 s samples: not fewer than a loaded machine allows, and not more
     // (no sample is recorded twice across the per-CPU buffers).
