@@ -17,33 +17,9 @@ pub fn golden_dir() -> PathBuf {
     data_dir().join("golden")
 }
 
-/// A fresh folder under cargo's tmp dir, removed when dropped.
-pub struct Scratch {
-    pub path: PathBuf,
-}
-
-impl Scratch {
-    pub fn new(name: &str) -> Scratch {
-        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pp-{name}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Scratch { path }
-    }
-
-    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
-        self.path.join(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        if std::env::var_os("PROFCPU_KEEP_TEST_DIRS").is_none() {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
-}
+#[path = "support/scratch.rs"]
+mod scratch;
+pub use scratch::Scratch;
 
 /// Copies a folder tree (files, folders, symlinks as symlinks).
 pub fn copy_tree(from: &Path, to: &Path) {

@@ -6,11 +6,14 @@
 mod dotnet;
 #[path = "support/profiling.rs"]
 mod profiling;
+#[path = "support/scratch.rs"]
+mod scratch;
 
 use dotnet::{build_app, dotnet_command, framework_dir, runtime_dir};
 use profcpu::perf_data::PerfDataReader;
 use profcpu::symbolize::{symbolize_file, Capture, FrameKind, ResolvedSample, SymbolizeOptions, Symbolized};
-use profiling::{exclusive, perf_record, perf_script_leaves, RunningApp, Scratch};
+use profiling::{exclusive, perf_record, perf_script_leaves, RunningApp};
+use scratch::Scratch;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;

@@ -4,10 +4,13 @@
 
 #[path = "support/profiling.rs"]
 mod profiling;
+#[path = "support/scratch.rs"]
+mod scratch;
 
 use profcpu::perf_data::PerfDataReader;
 use profcpu::symbolize::{symbolize_file, Capture, FrameKind, SymbolizeOptions, Symbolized};
-use profiling::{perf_record, RunningApp, Scratch};
+use profiling::{perf_record, RunningApp};
+use scratch::Scratch;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
@@ -16,30 +16,6 @@ use std::time::{Duration, Instant};
 pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
     static CPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
     CPU.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A fresh directory under cargo's tmp dir, removed when dropped.
-pub struct Scratch {
-    pub path: PathBuf,
-}
-
-impl Scratch {
-    pub fn new(name: &str) -> Scratch {
-        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        Scratch { path }
-    }
-
-    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
-        self.path.join(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
 }
 
 /// `perf record -k CLOCK_MONOTONIC -F 999 -g -p PID -- sleep SECONDS` into `out`. Fails the test loudly, with

@@ -1,0 +1,32 @@
+//! A per-test scratch folder under cargo's tmp dir, removed when dropped (kept with `PROFCPU_KEEP_TEST_DIRS=1`).
+//! Included with `#[path]` by the test support modules.
+
+use std::path::{Path, PathBuf};
+
+pub struct Scratch {
+    pub path: PathBuf,
+}
+
+impl Scratch {
+    /// `<cargo tmp>/<name>-<pid>-<n>`: unique per test binary run and per call.
+    pub fn new(name: &str) -> Scratch {
+        static COUNTER: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap();
+        Scratch { path }
+    }
+
+    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
+        self.path.join(p)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if std::env::var_os("PROFCPU_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
