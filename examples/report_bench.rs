@@ -157,7 +157,7 @@ fn samples_from_perf_script(path: &str) -> anyhow::Result<Vec<ResolvedSample>> {
             period: period.parse()?,
             comm: intern(comm),
             event: intern(event.trim_end_matches(':')),
-            frames,
+            frames: frames.into(),
         });
     }
     Ok(samples)

@@ -32,7 +32,7 @@ pub fn sample(comm: &str, tid: u32, time: u64, period: u64, frames_root_first: V
         period,
         comm: Arc::from(comm),
         event: Arc::from("cpu-clock"),
-        frames,
+        frames: frames.into(),
     }
 }
 

@@ -106,8 +106,8 @@ fn blank_symbols_are_named_by_module_and_offset_each() {
         }]
     };
     let mut samples = golden_samples()[..1].to_vec();
-    samples[0].frames = frames(0x10);
-    samples.push(ResolvedSample { frames: frames(0x20), ..samples[0].clone() });
+    samples[0].frames = frames(0x10).into();
+    samples.push(ResolvedSample { frames: frames(0x20).into(), ..samples[0].clone() });
     let folded = folded_text(&samples, Weight::Samples);
     assert_eq!(folded, "dotnet;libx.so+0x10 1\ndotnet;libx.so+0x20 1\n");
     assert_eq!(inferno_collapse(&script_text(&samples, Weight::Samples), 1), folded);

@@ -2,7 +2,7 @@
 //! the root frame, sorted bytewise, as `perf script | inferno-collapse-perf` would produce from our
 //! perf_script.out (see [`super::names`] for the naming rules and [`Weight`] for what the count counts).
 
-use super::stacks::{EventFilter, FastMap, StackNamer};
+use super::stacks::{EventFilter, FastMap, PerStack, Root, StackNamer, STACK_FRAMES_KEPT};
 use super::Weight;
 use crate::symbolize::{FrameKind, ResolvedSample};
 use std::collections::HashMap;
@@ -101,7 +101,11 @@ pub fn fold<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &Fo
 pub struct Folder {
     weight: Weight,
     namer: StackNamer,
-    counts: FastMap<Box<[u32]>, u64>,
+    /// Each distinct folded stack with its count, and where it is in that list.
+    counts: Vec<(Box<[u32]>, u64)>,
+    slots: FastMap<Box<[u32]>, u32>,
+    /// The slot of a shared stack under each thread name (root id) it was seen with; `None`: no folded line.
+    by_stack: PerStack<Vec<(u32, Option<u32>)>>,
     stack: Vec<u32>,
     filter: EventFilter,
     folded_samples: u64,
@@ -114,7 +118,9 @@ impl Folder {
         Folder {
             weight: opts.weight,
             namer: StackNamer::new(),
-            counts: FastMap::default(),
+            counts: Vec::new(),
+            slots: FastMap::default(),
+            by_stack: PerStack::new(STACK_FRAMES_KEPT),
             stack: Vec::with_capacity(64),
             filter: EventFilter::new(opts.event.as_deref()),
             folded_samples: 0,
@@ -125,25 +131,49 @@ impl Folder {
 
     pub fn add(&mut self, sample: &ResolvedSample) {
         self.input_samples += 1;
-        if !self.filter.matches(sample) || !self.namer.stack(sample, &mut self.stack) {
+        if !self.filter.matches(sample) {
             return;
         }
-        let leaf = *self.stack.last().expect("a stack with frames") as usize;
+        let root = self.namer.root(sample);
+        let id = sample.frames.id();
+        let known = self.by_stack.get(id).and_then(|roots| roots.iter().find(|(r, _)| *r == root.id));
+        let slot = match known {
+            Some(&(_, slot)) => slot,
+            None => {
+                let slot = self.slot(sample, root);
+                let mut roots = self.by_stack.get(id).cloned().unwrap_or_default();
+                roots.push((root.id, slot));
+                self.by_stack.insert(id, roots, sample.frames.len());
+                slot
+            }
+        };
+        let Some(slot) = slot else { return };
+        let (stack, count) = &mut self.counts[slot as usize];
+        let leaf = *stack.last().expect("a stack with frames") as usize;
+        *count += match self.weight {
+            Weight::Period => sample.period,
+            Weight::Samples => 1,
+        };
         if self.leaf_samples.len() <= leaf {
             self.leaf_samples.resize(leaf + 1, 0);
         }
         self.leaf_samples[leaf] += 1;
-        let weight = match self.weight {
-            Weight::Period => sample.period,
-            Weight::Samples => 1,
-        };
         self.folded_samples += 1;
-        match self.counts.get_mut(self.stack.as_slice()) {
-            Some(count) => *count += weight,
-            None => {
-                self.counts.insert(self.stack.clone().into_boxed_slice(), weight);
-            }
+    }
+
+    /// The slot of the sample's folded stack (made on first sight); `None` when it has no folded line.
+    fn slot(&mut self, sample: &ResolvedSample, root: Root) -> Option<u32> {
+        if !self.namer.stack(sample, root, &mut self.stack) {
+            return None;
         }
+        if let Some(&slot) = self.slots.get(self.stack.as_slice()) {
+            return Some(slot);
+        }
+        let slot = self.counts.len() as u32;
+        let stack: Box<[u32]> = self.stack.as_slice().into();
+        self.slots.insert(stack.clone(), slot);
+        self.counts.push((stack, 0));
+        Some(slot)
     }
 
     /// The event kept so far (the first sample's, unless one was given).

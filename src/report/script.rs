@@ -17,11 +17,12 @@
 //! (see [`super::names`]). Any text a reader could misparse is rewritten by [`super::names`].
 
 use super::names;
-use super::stacks::{arc_identity, FastHasher, FastMap, KeepAlive};
+use super::stacks::{arc_identity, FastHasher, FastMap, KeepAlive, PerStack};
 use super::Weight;
 use crate::symbolize::{Frame, ResolvedSample};
 use std::hash::Hasher;
 use std::io::{self, Write};
+use std::sync::Arc;
 
 /// Options for [`write_perf_script`].
 #[derive(Debug, Clone, Default)]
@@ -42,9 +43,6 @@ struct FrameText {
     label: Box<str>,
     module: Box<str>,
     named: bool,
-    /// [`Span`] keys of the label and module pieces (fixed for a frame text).
-    label_key: u64,
-    module_key: u64,
 }
 
 /// Writes the samples in `perf script` layout. `out` should be buffered (e.g. a `BufWriter`).
@@ -57,16 +55,16 @@ pub fn write_perf_script<'a>(
     let mut text: Vec<u8> = Vec::with_capacity(4096);
     for sample in samples {
         text.clear();
-        writer.write_sample(sample, &mut text, None);
+        writer.write_sample(sample, &mut text);
         out.write_all(&text)?;
     }
     Ok(())
 }
 
-/// How a piece of the text repeats earlier text: the next `len` bytes, and a key that is the same for pieces made of
-/// the same bytes (0: no key). Keys are hints, not proof (a compressor still compares the bytes); they let it find
-/// the repeats a profile is full of without searching for them. A span with `parts > 0` (a whole frame line) is
-/// followed by that many spans that cover the same bytes in smaller pieces, for when the whole does not repeat.
+/// How a piece of a header line repeats earlier text: the next `len` bytes, and a key that is the same for pieces
+/// made of the same bytes (0: no key). Keys are hints, not proof (a compressor still compares the bytes); they let
+/// it find the repeats a profile is full of without searching for them. A span with `parts > 0` is followed by that
+/// many spans that cover the same bytes in smaller pieces, for when the whole does not repeat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
     pub len: u32,
@@ -83,15 +81,52 @@ pub struct ScriptWriter {
     comms: FastMap<(usize, usize), Box<str>>,
     events: FastMap<(usize, usize), (u32, Box<str>)>,
     keep: KeepAlive,
+    stacks: PerStack<Arc<StackText>>,
+    /// Ids of lines by (frame, address, offset) and of rests by (line, the rest after it; 0: only the blank
+    /// line).
+    line_ids: FastMap<(u32, u64, u64), u64>,
+    rest_ids: FastMap<(u64, u64), u64>,
+    next_piece_id: u64,
 }
+
+/// A stack's lines in perf script text, and the blank line that ends a sample: the same for every sample of
+/// the stack (the header line is each sample's own).
+#[derive(Debug)]
+pub struct StackText {
+    pub text: Box<[u8]>,
+    /// The frame lines of `text`, in order; the blank line follows the last.
+    pub lines: Box<[Line]>,
+}
+
+/// One frame line of a [`StackText`] and ids for its pieces. Within one [`ScriptWriter`], an id always stands for
+/// the same bytes (ids are never reused), so a compressor can point back at an earlier occurrence of a piece
+/// without comparing bytes. A line is `\t` + address (right-aligned in 16) + space, the label piece, the offset in
+/// hex, the module piece.
+#[derive(Debug, Clone, Copy)]
+pub struct Line {
+    /// This line and everything after it in the stack text.
+    pub rest: u64,
+    /// This line.
+    pub line: u64,
+    /// The frame: its label piece (`label+0x`) and module piece (` (module)\n`) are the same in all its lines.
+    pub frame: u32,
+    pub len: u32,
+    pub label_len: u32,
+    pub module_len: u32,
+}
+
+/// Bytes of the address piece of a [`Line`].
+pub const ADDRESS_LEN: usize = 18;
+
+/// Bytes of rendered stack text kept for reuse.
+const STACK_TEXT_KEPT: usize = 16 << 20;
+
+/// Line and rest ids kept before their tables start over.
+const PIECE_IDS_KEPT: usize = 1 << 20;
 
 /// Kinds of [`Span`] keys, mixed into the key so different kinds of pieces never share one.
 const KEY_HEADER: u64 = 1;
 const KEY_HEADER_END: u64 = 2;
-const KEY_ADDRESS: u64 = 3;
-const KEY_LABEL: u64 = 4;
-const KEY_MODULE: u64 = 5;
-const KEY_LINE: u64 = 6;
 
 fn span_key(kind: u64, values: &[u64]) -> u64 {
     let mut h = FastHasher::default();
@@ -112,25 +147,46 @@ impl ScriptWriter {
             comms: FastMap::default(),
             events: FastMap::default(),
             keep: KeepAlive::default(),
+            stacks: PerStack::new(STACK_TEXT_KEPT),
+            line_ids: FastMap::default(),
+            rest_ids: FastMap::default(),
+            next_piece_id: 1,
         }
     }
 
-    /// Appends one sample's text (header, frames, blank line) to `out`; with `spans`, also appends spans that
-    /// cover exactly the bytes appended.
-    pub fn write_sample(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) {
-        let mut cuts = Cuts { spans, mark: out.len() };
+    /// Appends one sample's text (header, frames, blank line) to `out`.
+    pub fn write_sample(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>) {
+        let stack = self.render(sample, out, None);
+        out.extend_from_slice(&stack.text);
+    }
 
+    /// Appends the sample's header line to `out` (and its spans to `spans`) and returns the rest of its text: the
+    /// frame lines and the blank line, rendered once per shared stack.
+    pub fn render(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) -> Arc<StackText> {
+        self.write_header(sample, out, spans);
+        let id = sample.frames.id();
+        if let Some(text) = self.stacks.get(id) {
+            return text.clone();
+        }
+        let stack = Arc::new(self.stack_text(&sample.frames));
+        let cost = stack.text.len() + stack.lines.len() * std::mem::size_of::<Line>();
+        self.stacks.insert(id, stack.clone(), cost);
+        stack
+    }
+
+    fn write_header(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) {
+        let mut cuts = Cuts { spans, mark: out.len() };
         let unnamed_comm;
-        let (comm, comm_key): (&str, u64) = if sample.comm.trim().is_empty() {
+        let id = arc_identity(&sample.comm);
+        let (comm, comm_key): (&str, u64) = if let Some(comm) = self.comms.get(&id) {
+            (comm, id.0 as u64)
+        } else if sample.comm.trim().is_empty() {
             // Spelled after the tid, so not cacheable by the (shared) empty name.
             unnamed_comm = names::script_comm(&sample.comm, sample.tid).into_owned();
             (&unnamed_comm, 0)
         } else {
-            let id = arc_identity(&sample.comm);
-            if !self.comms.contains_key(&id) {
-                let key = self.keep.identity(&sample.comm);
-                self.comms.insert(key, names::script_comm(&sample.comm, 0).into());
-            }
+            let key = self.keep.identity(&sample.comm);
+            self.comms.insert(key, names::script_comm(&sample.comm, 0).into());
             (&self.comms[&id], id.0 as u64)
         };
         let id = arc_identity(&sample.event);
@@ -154,8 +210,14 @@ impl ScriptWriter {
         }
         let _ = writeln!(out, "{event}:");
         cuts.cut(out, span_key(KEY_HEADER_END, &[*event_id as u64, sample.period]));
+    }
 
-        for frame in &sample.frames {
+    /// The frame lines, leaf first, and the blank line that ends a sample.
+    fn stack_text(&mut self, frames: &[Frame]) -> StackText {
+        let mut text = Vec::with_capacity(frames.len() * 128 + 1);
+        let mut lines = Vec::with_capacity(frames.len());
+        let mut line_keys = Vec::with_capacity(frames.len());
+        for frame in frames {
             let key = frame_key(frame);
             let index = match self.frame_ids.get(&key) {
                 Some(&i) => i,
@@ -165,33 +227,56 @@ impl ScriptWriter {
                     }
                     self.keep.identity(&frame.module);
                     let i = self.frames.len() as u32;
-                    self.frames.push(frame_text(frame, i));
+                    self.frames.push(frame_text(frame));
                     self.frame_ids.insert(key, i);
                     i
                 }
             };
-            let text = &self.frames[index as usize];
-            let offset = if text.named { frame.offset } else { 0 };
-            // The whole line first (its bytes follow from the frame text and the address), then its pieces.
-            let line = cuts.open_line();
-            // Hand-formatted: this loop writes most of the bytes of the biggest output.
-            out.push(b'\t');
-            push_address(out, frame.addr);
-            out.push(b' ');
-            cuts.cut(out, span_key(KEY_ADDRESS, &[frame.addr]));
-            out.extend_from_slice(text.label.as_bytes());
-            out.extend_from_slice(b"+0x");
-            cuts.cut(out, text.label_key);
-            push_hex(out, offset);
-            cuts.cut(out, 0);
-            out.extend_from_slice(b" (");
-            out.extend_from_slice(text.module.as_bytes());
-            out.extend_from_slice(b")\n");
-            cuts.cut(out, text.module_key);
-            cuts.close_line(line, span_key(KEY_LINE, &[index as u64, frame.addr]));
+            let ft = &self.frames[index as usize];
+            let offset = if ft.named { frame.offset } else { 0 };
+            let start = text.len();
+            // Hand-formatted: this writes most of the bytes of the biggest output (once per distinct stack).
+            text.push(b'\t');
+            push_address(&mut text, frame.addr);
+            text.push(b' ');
+            let label_start = text.len();
+            text.extend_from_slice(ft.label.as_bytes());
+            text.extend_from_slice(b"+0x");
+            let label_len = text.len() - label_start;
+            push_hex(&mut text, offset);
+            let module_start = text.len();
+            text.extend_from_slice(b" (");
+            text.extend_from_slice(ft.module.as_bytes());
+            text.extend_from_slice(b")\n");
+            let module_len = text.len() - module_start;
+            line_keys.push((index, frame.addr, offset));
+            lines.push(Line {
+                rest: 0,
+                line: 0,
+                frame: index,
+                len: (text.len() - start) as u32,
+                label_len: label_len as u32,
+                module_len: module_len as u32,
+            });
         }
-        out.push(b'\n');
-        cuts.cut(out, 0);
+        text.push(b'\n');
+        if self.line_ids.len() + self.rest_ids.len() > PIECE_IDS_KEPT {
+            // Ids already handed out stay valid: new ones are never the same numbers.
+            self.line_ids.clear();
+            self.rest_ids.clear();
+        }
+        let mut rest = 0;
+        for (line, key) in lines.iter_mut().zip(&line_keys).rev() {
+            let next = &mut self.next_piece_id;
+            let mut new_id = || {
+                *next += 1;
+                *next - 1
+            };
+            line.line = *self.line_ids.entry(*key).or_insert_with(&mut new_id);
+            rest = *self.rest_ids.entry((line.line, rest)).or_insert_with(&mut new_id);
+            line.rest = rest;
+        }
+        StackText { text: text.into(), lines: lines.into() }
     }
 }
 
@@ -211,19 +296,6 @@ impl Cuts<'_> {
         self.mark = out.len();
     }
 
-    /// Reserves the span of a whole line, whose pieces follow.
-    fn open_line(&mut self) -> Option<usize> {
-        let spans = self.spans.as_deref_mut()?;
-        spans.push(Span { len: 0, parts: 0, key: 0 });
-        Some(spans.len() - 1)
-    }
-
-    fn close_line(&mut self, line: Option<usize>, key: u64) {
-        if let (Some(at), Some(spans)) = (line, self.spans.as_deref_mut()) {
-            let parts = &spans[at + 1..];
-            spans[at] = Span { len: parts.iter().map(|p| p.len).sum(), parts: parts.len() as u32, key };
-        }
-    }
 }
 
 /// Appends an address as perf prints it: lower-case hex right-aligned in 16 columns. Built in a fixed-size array
@@ -255,12 +327,10 @@ fn frame_key(frame: &Frame) -> FrameKey {
     }
 }
 
-fn frame_text(frame: &Frame, index: u32) -> FrameText {
+fn frame_text(frame: &Frame) -> FrameText {
     FrameText {
         label: names::frame_label(frame).into(),
         module: names::script_module(&frame.module).into(),
         named: names::is_named(frame),
-        label_key: span_key(KEY_LABEL, &[index as u64]),
-        module_key: span_key(KEY_MODULE, &[index as u64]),
     }
 }

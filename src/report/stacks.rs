@@ -40,6 +40,44 @@ impl Hasher for FastHasher {
 
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
+/// How much per-stack work a stage keeps, in frames (a few MB).
+pub(crate) const STACK_FRAMES_KEPT: usize = 1 << 18;
+
+/// Results worked out once per shared stack ([`crate::symbolize::Stack::id`]), within a budget: when full it
+/// starts over, so a profile of few distinct stacks stays cached whole and one of many costs no more than the
+/// budget. Unshared stacks (id 0) are never cached.
+pub(crate) struct PerStack<V> {
+    map: FastMap<u64, V>,
+    used: usize,
+    budget: usize,
+}
+
+impl<V> PerStack<V> {
+    /// `budget` in the units of the costs given to [`insert`](Self::insert).
+    pub(crate) fn new(budget: usize) -> Self {
+        PerStack { map: FastMap::default(), used: 0, budget }
+    }
+
+    pub(crate) fn get(&self, id: u64) -> Option<&V> {
+        if id == 0 {
+            return None;
+        }
+        self.map.get(&id)
+    }
+
+    pub(crate) fn insert(&mut self, id: u64, value: V, cost: usize) {
+        if id == 0 {
+            return;
+        }
+        if self.used + cost > self.budget {
+            self.map.clear();
+            self.used = 0;
+        }
+        self.used += cost;
+        self.map.insert(id, value);
+    }
+}
+
 /// Identity of an `Arc<str>`: its address and length. Only valid while the `Arc` lives: keep a clone next to any
 /// map keyed by it (see [`KeepAlive`]).
 pub(crate) fn arc_identity(s: &Arc<str>) -> (usize, usize) {
@@ -55,9 +93,10 @@ struct FrameKey {
     java_thread: bool,
 }
 
+/// A sample's root frame (its thread name).
 #[derive(Clone, Copy)]
-struct Root {
-    id: u32,
+pub(crate) struct Root {
+    pub(crate) id: u32,
     java_thread: bool,
 }
 
@@ -106,9 +145,8 @@ impl StackNamer {
 
     /// Fills `stack` with the sample's folded stack, root (thread name) first. Returns false when no frame is
     /// left (an empty callchain, or only frames stackcollapse-perf drops): such a sample has no folded line.
-    pub(crate) fn stack(&mut self, sample: &ResolvedSample, stack: &mut Vec<u32>) -> bool {
+    pub(crate) fn stack(&mut self, sample: &ResolvedSample, root: Root, stack: &mut Vec<u32>) -> bool {
         stack.clear();
-        let root = self.root(sample);
         stack.push(root.id);
         for frame in sample.frames.iter().rev() {
             let (start, len) = self.frame(frame, root.java_thread);
@@ -117,13 +155,14 @@ impl StackNamer {
         stack.len() > 1
     }
 
-    fn root(&mut self, sample: &ResolvedSample) -> Root {
+    /// The sample's root frame, which [`stack`](Self::stack) starts with.
+    pub(crate) fn root(&mut self, sample: &ResolvedSample) -> Root {
+        if let Some(root) = self.roots.get(&arc_identity(&sample.comm)) {
+            return *root;
+        }
         if sample.comm.trim().is_empty() {
             // Spelled after the tid, so not cacheable by the (shared) empty name.
             return self.make_root(&sample.comm, sample.tid);
-        }
-        if let Some(root) = self.roots.get(&arc_identity(&sample.comm)) {
-            return *root;
         }
         let root = self.make_root(&sample.comm, sample.tid);
         let key = self.keep.identity(&sample.comm);

@@ -35,7 +35,11 @@ pub fn hottest_self<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, n
     let mut total = 0u64;
     for sample in samples {
         total += 1;
-        if !filter.matches(sample) || !namer.stack(sample, &mut stack) {
+        if !filter.matches(sample) {
+            continue;
+        }
+        let root = namer.root(sample);
+        if !namer.stack(sample, root, &mut stack) {
             continue;
         }
         let leaf = *stack.last().expect("a stack with frames") as usize;

@@ -1,8 +1,8 @@
 //! Which samples and frames the outputs show: `-pid`/`-tid` filters, `-no-kernel`, `-strip-tiers`, and the
 //! per-thread grouping of `-per-thread`.
 
-use super::stacks::{arc_identity, FastMap, KeepAlive};
-use crate::symbolize::{FrameKind, ResolvedSample};
+use super::stacks::{arc_identity, FastMap, KeepAlive, PerStack, STACK_FRAMES_KEPT};
+use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -49,11 +49,13 @@ pub struct Viewer {
     /// Tier-stripped symbols by the identity of the original (`None`: nothing to strip).
     stripped: FastMap<(usize, usize), Option<Arc<str>>>,
     keep: KeepAlive,
+    /// Shared stacks as the view shows them, by the id of the original (`None`: no frame left).
+    stacks: PerStack<Option<Stack>>,
 }
 
 impl Viewer {
     pub fn new(view: View) -> Self {
-        Viewer { view, stripped: FastMap::default(), keep: KeepAlive::default() }
+        Viewer { view, stripped: FastMap::default(), keep: KeepAlive::default(), stacks: PerStack::new(STACK_FRAMES_KEPT) }
     }
 
     pub fn view(&self) -> &View {
@@ -65,14 +67,34 @@ impl Viewer {
         if !self.view.selects(&sample) {
             return None;
         }
+        if !self.view.no_kernel && !self.view.strip_tiers {
+            return Some(sample);
+        }
+        let id = sample.frames.id();
+        if let Some(shown) = self.stacks.get(id) {
+            sample.frames = shown.clone()?;
+            return Some(sample);
+        }
+        let shown = self.frames(&sample.frames).map(|frames| match id {
+            0 => Stack::from(frames),
+            _ => Stack::shared(frames),
+        });
+        self.stacks.insert(id, shown.clone(), shown.as_ref().map_or(1, |s| s.len()));
+        sample.frames = shown?;
+        Some(sample)
+    }
+
+    /// The frames as the view shows them; `None` when none is left.
+    fn frames(&mut self, frames: &[Frame]) -> Option<Vec<Frame>> {
+        let mut frames = frames.to_vec();
         if self.view.no_kernel {
-            sample.frames.retain(|f| f.kind != FrameKind::Kernel);
-            if sample.frames.is_empty() {
+            frames.retain(|f| f.kind != FrameKind::Kernel);
+            if frames.is_empty() {
                 return None;
             }
         }
         if self.view.strip_tiers {
-            for frame in &mut sample.frames {
+            for frame in &mut frames {
                 let Some(symbol) = &frame.symbol else { continue };
                 let replacement = match self.stripped.get(&arc_identity(symbol)) {
                     Some(r) => r.clone(),
@@ -89,7 +111,7 @@ impl Viewer {
                 }
             }
         }
-        Some(sample)
+        Some(frames)
     }
 }
 

@@ -189,10 +189,44 @@ impl JitDump {
     /// The code at `addr` at time `time`: the code that was there then; failing that (a sample slightly before the
     /// load's timestamp), the code whose time span is nearest.
     pub fn lookup(&self, addr: u64, time: u64) -> Option<&JitCode> {
+        self.lookup_steady(addr, time).0
+    }
+
+    /// [`lookup`](Self::lookup), and the times around `time` at which the answer is the same: between the
+    /// nearest load or replacement of any code at `addr` before and after `time` (only `time` itself when no code
+    /// was there at `time`, as the nearest-in-time choice then depends on the exact time).
+    pub fn lookup_steady(&self, addr: u64, time: u64) -> (Option<&JitCode>, std::ops::Range<u64>) {
+        let found = self.choose(addr, time);
+        let steady = match found {
+            _ if !self.timed => 0..u64::MAX,
+            None => 0..u64::MAX,
+            Some(c) if c.from <= time && time < c.until => {
+                let (mut lo, mut hi) = (0, u64::MAX);
+                for c in self.covering(addr) {
+                    for t in [c.from, c.until] {
+                        if t <= time {
+                            lo = lo.max(t);
+                        } else {
+                            hi = hi.min(t);
+                        }
+                    }
+                }
+                lo..hi
+            }
+            Some(_) => time..time.saturating_add(1),
+        };
+        (found, steady)
+    }
+
+    /// Every code that was at `addr` at some time.
+    fn covering(&self, addr: u64) -> impl Iterator<Item = &JitCode> {
         let upper = self.codes.partition_point(|c| c.start <= addr);
         let lowest_start = addr.saturating_sub(self.max_size);
-        let covering =
-            self.codes[..upper].iter().rev().take_while(|c| c.start >= lowest_start).filter(|c| addr < c.end);
+        self.codes[..upper].iter().rev().take_while(move |c| c.start >= lowest_start).filter(move |c| addr < c.end)
+    }
+
+    fn choose(&self, addr: u64, time: u64) -> Option<&JitCode> {
+        let covering = self.covering(addr);
         if !self.timed {
             return covering.max_by_key(|c| c.from);
         }

@@ -90,5 +90,70 @@ pub struct ResolvedSample {
     pub comm: Arc<str>,
     /// Event name as perf prints it (`cpu-clock`).
     pub event: Arc<str>,
-    pub frames: Vec<Frame>,
+    pub frames: Stack,
+}
+
+/// A sample's frames, leaf first. The symbolizer hands the same `Stack` (same [`id`](Stack::id)) to every sample
+/// with the same callchain in the same address space, so the stages after it can do their per-stack work (render
+/// text, fold names) once per distinct stack instead of once per sample.
+#[derive(Clone, Default)]
+pub struct Stack {
+    id: u64,
+    frames: Arc<[Frame]>,
+}
+
+impl Stack {
+    /// Frames that other samples will share: gets a new id, never given to another stack.
+    pub fn shared(frames: Vec<Frame>) -> Stack {
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Stack { id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed), frames: frames.into() }
+    }
+
+    /// Stacks with the same non-zero id have the same frames; 0 means "not shared" (no per-stack caching).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+/// An unshared stack (id 0).
+impl From<Vec<Frame>> for Stack {
+    fn from(frames: Vec<Frame>) -> Stack {
+        Stack { id: 0, frames: frames.into() }
+    }
+}
+
+impl FromIterator<Frame> for Stack {
+    fn from_iter<I: IntoIterator<Item = Frame>>(frames: I) -> Stack {
+        Stack::from(frames.into_iter().collect::<Vec<_>>())
+    }
+}
+
+impl<'a> IntoIterator for &'a Stack {
+    type Item = &'a Frame;
+    type IntoIter = std::slice::Iter<'a, Frame>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.frames.iter()
+    }
+}
+
+impl std::ops::Deref for Stack {
+    type Target = [Frame];
+    fn deref(&self) -> &[Frame] {
+        &self.frames
+    }
+}
+
+/// Equal when the frames are (the id is only a cache key).
+impl PartialEq for Stack {
+    fn eq(&self, other: &Stack) -> bool {
+        self.frames == other.frames
+    }
+}
+
+impl Eq for Stack {}
+
+impl std::fmt::Debug for Stack {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.frames.iter()).finish()
+    }
 }

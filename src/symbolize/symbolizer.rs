@@ -7,7 +7,7 @@ use super::captured::Usage;
 use super::dso::DsoSymbols;
 use super::kallsyms::KERNEL_MODULE;
 use super::sources::Sources;
-use super::{Frame, FrameKind, ResolvedSample};
+use super::{Frame, FrameKind, ResolvedSample, Stack};
 use crate::perf_data::records::{
     PERF_CONTEXT_KERNEL, PERF_CONTEXT_MAX, PERF_CONTEXT_USER, PERF_RECORD_MISC_CPUMODE_MASK, PERF_RECORD_MISC_KERNEL,
 };
@@ -16,6 +16,7 @@ use crate::report::stacks::FastMap;
 use anyhow::Result;
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -106,6 +107,59 @@ enum Replay {
 /// Cache key: (address space id, its generation, lookup address). Kernel addresses use space 0.
 type CacheKey = (u64, u64, u64);
 
+/// A named callchain, for the next sample with the same chain in the same address space.
+struct CachedStack {
+    stack: Stack,
+    /// Sample times at which the names hold (jitdump code can be replaced at an address).
+    steady: Range<u64>,
+    counts: FrameCounts,
+}
+
+/// Frames kept in the stack cache before it starts over (a profile of few distinct stacks stays cached whole; one
+/// of many never holds more than this).
+const STACK_CACHE_FRAMES: usize = 1 << 18;
+
+/// How many frames of each sort a stack has (for [`SymbolizeStats`]).
+#[derive(Clone, Copy, Default)]
+struct FrameCounts {
+    kernel: u64,
+    native_named: u64,
+    native_unnamed: u64,
+    jit_named: u64,
+    jit_unnamed: u64,
+    unknown: u64,
+}
+
+impl FrameCounts {
+    fn of(frames: &[Frame]) -> FrameCounts {
+        let mut n = FrameCounts::default();
+        for f in frames {
+            match (f.kind, f.symbol.is_some()) {
+                (FrameKind::Kernel, _) => n.kernel += 1,
+                (FrameKind::Native, true) => n.native_named += 1,
+                (FrameKind::Native, false) => n.native_unnamed += 1,
+                (FrameKind::Jit, true) => n.jit_named += 1,
+                (FrameKind::Jit, false) => n.jit_unnamed += 1,
+                (FrameKind::Unknown, _) => n.unknown += 1,
+            }
+        }
+        n
+    }
+}
+
+impl SymbolizeStats {
+    fn count(&mut self, n: &FrameCounts) {
+        self.samples += 1;
+        self.frames += n.kernel + n.native_named + n.native_unnamed + n.jit_named + n.jit_unnamed + n.unknown;
+        self.kernel_frames += n.kernel;
+        self.native_frames_named += n.native_named;
+        self.native_frames_unnamed += n.native_unnamed;
+        self.jit_frames_named += n.jit_named;
+        self.jit_frames_unnamed += n.jit_unnamed;
+        self.unknown_frames += n.unknown;
+    }
+}
+
 /// x86-64 kernel addresses live in the upper half; used only when a chain carries no context marker.
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 const PERF_CONTEXT_HV: u64 = -32i64 as u64;
@@ -117,6 +171,11 @@ pub struct Symbolizer {
     processes: Processes,
     /// Keyed by small integers: a fast non-cryptographic hash (this lookup runs for every frame of every sample).
     cache: FastMap<CacheKey, Template>,
+    /// Named stacks by (address space, generation, cpu mode, ip, callchain): most samples repeat a stack seen
+    /// before, and then cost one lookup.
+    stacks: FastMap<Box<[u64]>, CachedStack>,
+    stack_cache_frames: usize,
+    stack_key: Vec<u64>,
     usage: Option<Usage>,
     stats: SymbolizeStats,
     kernel_module: Arc<str>,
@@ -130,6 +189,9 @@ impl Symbolizer {
             sources: Sources::new(opts)?,
             processes: Processes::default(),
             cache: FastMap::default(),
+            stacks: FastMap::default(),
+            stack_cache_frames: 0,
+            stack_key: Vec::new(),
             usage: None,
             stats: SymbolizeStats::default(),
             kernel_module: Arc::from(KERNEL_MODULE),
@@ -275,6 +337,40 @@ impl Symbolizer {
     /// Names one sample's frames, leaf first, context markers removed.
     pub fn resolve(&mut self, s: &Sample, event: Arc<str>) -> ResolvedSample {
         let comm = self.processes.comm(s.pid, s.tid);
+        let space = match self.processes.get(s.pid) {
+            Some(p) => (p.space.id, p.space.generation),
+            None => (u64::MAX - s.pid as u64, 0),
+        };
+        let key = &mut self.stack_key;
+        key.clear();
+        key.extend_from_slice(&[space.0, space.1, (s.misc & PERF_RECORD_MISC_CPUMODE_MASK) as u64, s.ip]);
+        key.extend_from_slice(&s.callchain);
+        let frames = match self.stacks.get(key.as_slice()) {
+            Some(cached) if cached.steady.contains(&s.time) => {
+                self.stats.count(&cached.counts);
+                cached.stack.clone()
+            }
+            _ => {
+                let mut steady = 0..u64::MAX;
+                let frames = self.resolve_frames(s, &mut steady);
+                let counts = FrameCounts::of(&frames);
+                self.stats.count(&counts);
+                if self.stack_cache_frames + frames.len() > STACK_CACHE_FRAMES {
+                    self.stacks.clear();
+                    self.stack_cache_frames = 0;
+                }
+                self.stack_cache_frames += frames.len();
+                let stack = Stack::shared(frames);
+                let cached = CachedStack { stack: stack.clone(), steady, counts };
+                self.stacks.insert(self.stack_key.as_slice().into(), cached);
+                stack
+            }
+        };
+        ResolvedSample { pid: s.pid, tid: s.tid, cpu: s.cpu, time: s.time, period: s.period, comm, event, frames }
+    }
+
+    /// Names a sample's frames; narrows `steady` to the times at which the same chain gets the same names.
+    fn resolve_frames(&mut self, s: &Sample, steady: &mut Range<u64>) -> Vec<Frame> {
         let mut frames = Vec::with_capacity(s.callchain.len().max(1));
         let has_addresses = s.callchain.iter().any(|&a| a < PERF_CONTEXT_MAX);
         let sample_in_kernel = s.misc & PERF_RECORD_MISC_CPUMODE_MASK == PERF_RECORD_MISC_KERNEL;
@@ -291,33 +387,17 @@ impl Symbolizer {
                     continue;
                 }
                 let kernel = in_kernel.unwrap_or(entry >= KERNEL_HALF);
-                frames.push(self.frame(s.pid, entry, kernel, leaf, s.time));
+                frames.push(self.frame(s.pid, entry, kernel, leaf, s.time, steady));
                 leaf = false;
             }
         } else {
-            frames.push(self.frame(s.pid, s.ip, sample_in_kernel || s.ip >= KERNEL_HALF, true, s.time));
+            let kernel = sample_in_kernel || s.ip >= KERNEL_HALF;
+            frames.push(self.frame(s.pid, s.ip, kernel, true, s.time, steady));
         }
-        self.count(&frames);
-        ResolvedSample { pid: s.pid, tid: s.tid, cpu: s.cpu, time: s.time, period: s.period, comm, event, frames }
+        frames
     }
 
-    fn count(&mut self, frames: &[Frame]) {
-        let st = &mut self.stats;
-        st.samples += 1;
-        st.frames += frames.len() as u64;
-        for f in frames {
-            match (f.kind, f.symbol.is_some()) {
-                (FrameKind::Kernel, _) => st.kernel_frames += 1,
-                (FrameKind::Native, true) => st.native_frames_named += 1,
-                (FrameKind::Native, false) => st.native_frames_unnamed += 1,
-                (FrameKind::Jit, true) => st.jit_frames_named += 1,
-                (FrameKind::Jit, false) => st.jit_frames_unnamed += 1,
-                (FrameKind::Unknown, _) => st.unknown_frames += 1,
-            }
-        }
-    }
-
-    fn frame(&mut self, pid: u32, addr: u64, kernel: bool, leaf: bool, time: u64) -> Frame {
+    fn frame(&mut self, pid: u32, addr: u64, kernel: bool, leaf: bool, time: u64, steady: &mut Range<u64>) -> Frame {
         if kernel {
             let key = (0, 0, addr);
             if let Some(t) = self.cache.get(&key) {
@@ -337,7 +417,7 @@ impl Symbolizer {
         };
         let jit_code = kind.map_or(true, |k| k == MapKind::Jit);
         if jit_code {
-            if let Some(t) = self.jitdump_template(pid, lookup, time) {
+            if let Some(t) = self.jitdump_template(pid, lookup, time, steady) {
                 return t.frame(addr);
             }
         }
@@ -433,10 +513,12 @@ impl Symbolizer {
         Some(Template { symbol: Some(r.value.clone()), base: r.start, module: module.clone(), kind: FrameKind::Jit })
     }
 
-    fn jitdump_template(&mut self, pid: u32, addr: u64, time: u64) -> Option<Template> {
+    fn jitdump_template(&mut self, pid: u32, addr: u64, time: u64, steady: &mut Range<u64>) -> Option<Template> {
         let loaded = self.sources.jitdump(pid, &self.processes)?;
         let (module, dump) = &*loaded;
-        let code = dump.lookup(addr, time)?;
+        let (code, code_steady) = dump.lookup_steady(addr, time);
+        *steady = steady.start.max(code_steady.start)..steady.end.min(code_steady.end);
+        let code = code?;
         Some(Template {
             symbol: Some(code.name.clone()),
             base: code.start,

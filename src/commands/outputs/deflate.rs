@@ -11,8 +11,9 @@
 //!   times faster than zlib's fastest level on such text, for an output a few times larger than zlib's best.
 //! - [`deflate_segment`] (miniz, a normal compressor) for everything else (perf.data, the small text files).
 
-use crate::report::script::Span;
+use crate::report::script::{Span, StackText, ADDRESS_LEN};
 use flate2::{Compress, Compression, Crc, FlushCompress};
+use std::collections::VecDeque;
 
 /// Farthest a match may point back.
 const WINDOW: usize = 32 * 1024;
@@ -170,16 +171,222 @@ fn equal(a: &[u8], b: &[u8]) -> bool {
     ca.remainder().iter().zip(cb.remainder()).all(|(x, y)| x == y)
 }
 
-/// Deflates text described by [`Span`]s (see the module docs) into one segment.
-pub struct SpanDeflater {
-    bits: BitWriter,
-    /// The last bytes before `text_start` (at most [`WINDOW`]), for matches into earlier chunks.
-    window: Vec<u8>,
-    /// Stream position of the first byte of the chunk being encoded.
-    text_start: u64,
+/// Where earlier text can be looked up while encoding: span keys' last positions and the bytes themselves.
+trait History {
+    fn recall(&self, key: u64) -> Option<u64>;
+    fn remember(&mut self, key: u64, pos: u64);
+    /// Whether the bytes at stream position `at` are known and equal `bytes`.
+    fn same(&self, at: u64, bytes: &[u8]) -> bool;
+}
+
+/// Encodes `text` (which starts at stream position `start`) as literals and matches, checking the candidates
+/// that `spans` and `history` point to.
+fn encode(bits: &mut BitWriter, text: &[u8], spans: &[Span], start: u64, history: &mut impl History) {
+    let t = tables();
+    // The current match: (distance, length so far).
+    let mut pending: Option<(u32, usize)> = None;
+    let mut at = 0usize;
+    let mut i = 0usize;
+    while i < spans.len() {
+        let span = spans[i];
+        let len = span.len as usize;
+        let bytes = &text[at..at + len];
+        let pos = start + at as u64;
+        let parts = &spans[i + 1..(i + 1 + span.parts as usize).min(spans.len())];
+        // Keep going where the text repeats at the same distance (whole lines, whole stacks).
+        let extended = match pending {
+            Some((d, ref mut matched)) if d as usize >= len && history.same(pos - d as u64, bytes) => {
+                *matched += len;
+                true
+            }
+            _ => false,
+        };
+        if !extended {
+            if let Some((d, matched)) = pending.take() {
+                put_match(bits, t, d, matched);
+            }
+            if let Some(prev) = history.recall(span.key) {
+                let d = pos - prev;
+                if len >= MIN_MATCH && d as usize <= WINDOW && d as usize >= len && history.same(prev, bytes) {
+                    pending = Some((d as u32, len));
+                }
+            }
+        }
+        history.remember(span.key, pos);
+        if pending.is_some() {
+            // Matched whole: its parts are only remembered.
+            let mut part_pos = pos;
+            for part in parts {
+                history.remember(part.key, part_pos);
+                part_pos += part.len as u64;
+            }
+            i += 1 + parts.len();
+            at += len;
+        } else if !parts.is_empty() {
+            // Not a repeat as a whole: try its pieces.
+            i += 1;
+        } else {
+            put_literals(bits, t, bytes);
+            i += 1;
+            at += len;
+        }
+    }
+    debug_assert_eq!(at, text.len(), "spans must cover the text");
+    if let Some((d, matched)) = pending {
+        put_match(bits, t, d, matched);
+    }
+}
+
+#[inline]
+fn put_literals(bits: &mut BitWriter, t: &Tables, bytes: &[u8]) {
+    for &b in bytes {
+        let c = t.literal[b as usize];
+        bits.put(c.bits, c.len);
+    }
+}
+
+/// A match of any length ≥ 3, as several deflate matches of at most 258 bytes.
+fn put_match(bits: &mut BitWriter, t: &Tables, distance: u32, mut len: usize) {
+    let d = distance_code(distance);
+    while len > 0 {
+        // Never leave a tail shorter than a match can be.
+        let take = if len <= MAX_MATCH {
+            len
+        } else if len - MAX_MATCH < MIN_MATCH {
+            len - MIN_MATCH
+        } else {
+            MAX_MATCH
+        };
+        let l = t.length[take];
+        bits.put(l.bits, l.len);
+        bits.put(d.bits, d.len);
+        len -= take;
+    }
+}
+
+/// The text fed piece by piece ([`SpanDeflater::feed`]), for matches into it: the last [`WINDOW`] bytes of the
+/// stream that were fed that way. Shared texts are not kept (they are matched as wholes).
+struct OwnText {
+    bytes: Vec<u8>,
+    /// Own-text offset of `bytes[0]`.
+    start: u64,
+    /// (stream position, own-text offset, length) of each run fed, oldest first; a run never crosses a shared
+    /// text.
+    runs: VecDeque<(u64, u64, u64)>,
     /// Span key → stream position of its last occurrence, direct-mapped: a slot holds the last key that hashed to
     /// it (a clash only loses a hint).
     last: Vec<(u64, u64)>,
+}
+
+impl OwnText {
+    fn slot(key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
+    }
+
+    fn push(&mut self, pos: u64, text: &[u8]) {
+        let own = self.start + self.bytes.len() as u64;
+        self.bytes.extend_from_slice(text);
+        match self.runs.back_mut() {
+            Some((p, o, len)) if *p + *len == pos && *o + *len == own => *len += text.len() as u64,
+            _ => self.runs.push_back((pos, own, text.len() as u64)),
+        }
+    }
+
+    /// Forgets what lies before stream position `from`.
+    fn forget_before(&mut self, from: u64) {
+        while self.runs.front().is_some_and(|&(p, _, len)| p + len <= from) {
+            self.runs.pop_front();
+        }
+        let needed = self.runs.front().map_or(self.start + self.bytes.len() as u64, |r| r.1);
+        // Moved in large steps, so that each byte is moved about once.
+        let unneeded = (needed - self.start) as usize;
+        if unneeded >= (1 << 20).max(self.bytes.len() / 2) {
+            self.bytes.drain(..unneeded);
+            self.start = needed;
+        }
+    }
+}
+
+impl History for OwnText {
+    fn recall(&self, key: u64) -> Option<u64> {
+        let (k, pos) = self.last[Self::slot(key)];
+        (key != 0 && k == key).then_some(pos)
+    }
+
+    fn remember(&mut self, key: u64, pos: u64) {
+        if key != 0 {
+            self.last[Self::slot(key)] = (key, pos);
+        }
+    }
+
+    fn same(&self, at: u64, bytes: &[u8]) -> bool {
+        let Some(&(pos, own, len)) = self.runs.iter().rev().find(|&&(p, _, _)| p <= at) else { return false };
+        if at + bytes.len() as u64 > pos + len {
+            return false;
+        }
+        let i = (own + (at - pos) - self.start) as usize;
+        equal(&self.bytes[i..i + bytes.len()], bytes)
+    }
+}
+
+/// Where pieces of stack texts were last placed, by their ids ([`Line`]), direct-mapped: a slot holds the last
+/// piece that hashed to it (a clash only loses a repeat). Ids are exact, so a position found here is a repeat
+/// without comparing bytes.
+struct Placed {
+    slots: Vec<(u64, u64)>,
+}
+
+/// Kinds of pieces, kept apart in [`Placed`] (ids of different kinds may be the same number).
+const REST: u64 = 1 << 62;
+const LINE: u64 = 2 << 62;
+const LABEL: u64 = 3 << 62;
+const MODULE: u64 = 3 << 62 | 1 << 32;
+
+impl Placed {
+    fn slot(key: u64) -> usize {
+        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
+    }
+
+    fn place(&mut self, key: u64, pos: u64) {
+        self.slots[Self::slot(key)] = (key, pos);
+    }
+
+    /// The distance back to the piece's last placement from `pos`, when a match can reach it.
+    fn distance(&self, key: u64, pos: u64) -> Option<u32> {
+        let (k, at) = self.slots[Self::slot(key)];
+        (k == key && pos - at <= WINDOW as u64).then(|| (pos - at) as u32)
+    }
+}
+
+/// Consecutive matches at one distance, joined.
+#[derive(Default)]
+struct Pending(Option<(u32, usize)>);
+
+impl Pending {
+    fn add(&mut self, bits: &mut BitWriter, t: &Tables, distance: u32, len: usize) {
+        match &mut self.0 {
+            Some((d, matched)) if *d == distance => *matched += len,
+            _ => {
+                self.flush(bits, t);
+                self.0 = Some((distance, len));
+            }
+        }
+    }
+
+    fn flush(&mut self, bits: &mut BitWriter, t: &Tables) {
+        if let Some((d, len)) = self.0.take() {
+            put_match(bits, t, d, len);
+        }
+    }
+}
+
+/// Deflates text described by [`Span`]s (see the module docs) into one segment.
+pub struct SpanDeflater {
+    bits: BitWriter,
+    /// Stream position of the next byte.
+    pos: u64,
+    own: OwnText,
+    placed: Placed,
     crc: Crc,
 }
 
@@ -194,143 +401,78 @@ impl SpanDeflater {
         let mut bits = BitWriter::new();
         // BFINAL=0, BTYPE=01 (fixed Huffman): one block for the whole segment.
         bits.put(0b010, 3);
-        SpanDeflater { bits, window: Vec::new(), text_start: 0, last: vec![(0, 0); 1 << SLOT_BITS], crc: Crc::new() }
+        let own = OwnText { bytes: Vec::new(), start: 0, runs: VecDeque::new(), last: vec![(0, 0); 1 << SLOT_BITS] };
+        SpanDeflater { bits, pos: 0, own, placed: Placed { slots: vec![(0, 0); 1 << SLOT_BITS] }, crc: Crc::new() }
     }
 
-    /// The bytes from stream position `at` (≥ the window's start), `len` of them, possibly in two parts (window,
-    /// chunk). `None` when they are not all known yet.
-    fn earlier<'t>(&'t self, text: &'t [u8], at: u64, len: usize) -> Option<(&'t [u8], &'t [u8])> {
-        let window_start = self.text_start - self.window.len() as u64;
-        if at < window_start || at + len as u64 > self.text_start + text.len() as u64 {
-            return None;
-        }
-        if at >= self.text_start {
-            let i = (at - self.text_start) as usize;
-            return Some((&text[i..i + len], &[]));
-        }
-        let i = (at - window_start) as usize;
-        let in_window = (self.window.len() - i).min(len);
-        Some((&self.window[i..i + in_window], &text[..len - in_window]))
-    }
-
-    /// Whether the bytes at stream position `at` equal `bytes`.
-    fn same(&self, text: &[u8], at: u64, bytes: &[u8]) -> bool {
-        match self.earlier(text, at, bytes.len()) {
-            Some((a, b)) => equal(a, &bytes[..a.len()]) && equal(b, &bytes[a.len()..]),
-            None => false,
-        }
-    }
-
-    fn slot(key: u64) -> usize {
-        (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
-    }
-
-    fn remember(&mut self, key: u64, pos: u64) {
-        if key != 0 {
-            self.last[Self::slot(key)] = (key, pos);
-        }
-    }
-
-    fn recall(&self, key: u64) -> Option<u64> {
-        let (k, pos) = self.last[Self::slot(key)];
-        (key != 0 && k == key).then_some(pos)
-    }
-
-    /// Encodes the next chunk of text; `spans` cover it exactly (a span with parts counts once).
+    /// Encodes the next piece of text; `spans` cover it exactly (a span with parts counts once).
     pub fn feed(&mut self, text: &[u8], spans: &[Span]) {
-        let t = tables();
         self.crc.update(text);
-        // The current match: (distance, length so far).
-        let mut pending: Option<(u32, usize)> = None;
+        self.own.push(self.pos, text);
+        encode(&mut self.bits, text, spans, self.pos, &mut self.own);
+        self.pos += text.len() as u64;
+        self.own.forget_before(self.pos.saturating_sub(WINDOW as u64));
+    }
+
+    /// Encodes a stack's text. The longest tail of it placed within the window becomes one match; the lines
+    /// before it become matches where the line (or its label or module piece) is within the window, else literals.
+    pub fn feed_stack(&mut self, stack: &StackText) {
+        let t = tables();
+        let text = &stack.text[..];
+        self.crc.update(text);
+        let start = self.pos;
+        let mut pending = Pending::default();
         let mut at = 0usize;
-        let mut i = 0usize;
-        while i < spans.len() {
-            let span = spans[i];
-            let len = span.len as usize;
-            let bytes = &text[at..at + len];
-            let pos = self.text_start + at as u64;
-            let parts = &spans[i + 1..(i + 1 + span.parts as usize).min(spans.len())];
-            // Keep going where the text repeats at the same distance (whole lines, whole stacks).
-            let extended = match pending {
-                Some((d, ref mut matched)) if d as usize >= len && self.same(text, pos - d as u64, bytes) => {
-                    *matched += len;
-                    true
-                }
-                _ => false,
-            };
-            if !extended {
-                if let Some((d, matched)) = pending.take() {
-                    self.put_match(t, d, matched);
-                }
-                if let Some(prev) = self.recall(span.key) {
-                    let d = pos - prev;
-                    if len >= MIN_MATCH && d as usize <= WINDOW && d as usize >= len && self.same(text, prev, bytes) {
-                        pending = Some((d as u32, len));
-                    }
+        for line in stack.lines.iter() {
+            let pos = start + at as u64;
+            if let Some(d) = self.placed.distance(REST | line.rest, pos) {
+                if text.len() - at >= MIN_MATCH {
+                    pending.add(&mut self.bits, t, d, text.len() - at);
+                    at = text.len();
+                    break;
                 }
             }
-            self.remember(span.key, pos);
-            if pending.is_some() {
-                // Matched whole: its parts are only remembered.
-                let mut part_pos = pos;
-                for part in parts {
-                    self.remember(part.key, part_pos);
-                    part_pos += part.len as u64;
+            let len = line.len as usize;
+            match self.placed.distance(LINE | line.line, pos) {
+                Some(d) => pending.add(&mut self.bits, t, d, len),
+                None => {
+                    pending.flush(&mut self.bits, t);
+                    let bytes = &text[at..at + len];
+                    let (label_at, module_at) = (ADDRESS_LEN, len - line.module_len as usize);
+                    let offset_at = label_at + line.label_len as usize;
+                    let frame = line.frame as u64;
+                    put_literals(&mut self.bits, t, &bytes[..label_at]);
+                    self.put_piece(LABEL | frame, pos + label_at as u64, &bytes[label_at..offset_at]);
+                    put_literals(&mut self.bits, t, &bytes[offset_at..module_at]);
+                    self.put_piece(MODULE | frame, pos + module_at as u64, &bytes[module_at..]);
                 }
-                i += 1 + parts.len();
-                at += len;
-            } else if !parts.is_empty() {
-                // Not a repeat as a whole: try its pieces.
-                i += 1;
-            } else {
-                self.put_literals(t, bytes);
-                i += 1;
-                at += len;
             }
+            at += len;
         }
-        debug_assert_eq!(at, text.len(), "spans must cover the text");
-        if let Some((d, matched)) = pending {
-            self.put_match(t, d, matched);
+        if at < text.len() {
+            // The blank line after the last frame line.
+            pending.flush(&mut self.bits, t);
+            put_literals(&mut self.bits, t, &text[at..]);
         }
-        // Keep the last WINDOW bytes for the next chunk.
-        if text.len() >= WINDOW {
-            self.window.clear();
-            self.window.extend_from_slice(&text[text.len() - WINDOW..]);
-        } else {
-            let keep = WINDOW - text.len();
-            if self.window.len() > keep {
-                self.window.drain(..self.window.len() - keep);
-            }
-            self.window.extend_from_slice(text);
+        pending.flush(&mut self.bits, t);
+        // Where each line and tail now is (also those inside a match: the nearest copy reaches farthest).
+        let mut at = start;
+        for line in stack.lines.iter() {
+            self.placed.place(REST | line.rest, at);
+            self.placed.place(LINE | line.line, at);
+            at += line.len as u64;
         }
-        self.text_start += text.len() as u64;
+        self.pos += text.len() as u64;
+        self.own.forget_before(self.pos.saturating_sub(WINDOW as u64));
     }
 
-    #[inline]
-    fn put_literals(&mut self, t: &Tables, bytes: &[u8]) {
-        for &b in bytes {
-            let c = t.literal[b as usize];
-            self.bits.put(c.bits, c.len);
+    /// A piece at stream position `pos`: a match when placed within the window before, else literals.
+    fn put_piece(&mut self, key: u64, pos: u64, bytes: &[u8]) {
+        match self.placed.distance(key, pos) {
+            Some(d) if bytes.len() >= MIN_MATCH => put_match(&mut self.bits, tables(), d, bytes.len()),
+            _ => put_literals(&mut self.bits, tables(), bytes),
         }
-    }
-
-    /// A match of any length ≥ 3, as several deflate matches of at most 258 bytes.
-    fn put_match(&mut self, t: &Tables, distance: u32, mut len: usize) {
-        let d = distance_code(distance);
-        while len > 0 {
-            // Never leave a tail shorter than a match can be.
-            let take = if len <= MAX_MATCH {
-                len
-            } else if len - MAX_MATCH < MIN_MATCH {
-                len - MIN_MATCH
-            } else {
-                MAX_MATCH
-            };
-            let l = t.length[take];
-            self.bits.put(l.bits, l.len);
-            self.bits.put(d.bits, d.len);
-            len -= take;
-        }
+        self.placed.place(key, pos);
     }
 
     /// Compressed bytes ready so far (for writing out while encoding goes on).

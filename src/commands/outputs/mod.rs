@@ -26,7 +26,7 @@ use deflate::SpanDeflater;
 use flate2::{Compression, Crc};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Write;
+use std::io::{IoSlice, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -222,19 +222,40 @@ fn write_script(
     let (mut writing, mut compressing) = (Duration::ZERO, Duration::ZERO);
     for chunk in chunks {
         let started = Instant::now();
-        file.write_all(&chunk.text).with_context(|| format!("cannot write {}", path.display()))?;
+        let mut slices = Vec::with_capacity(chunk.samples.len() * 2);
+        for (header, _, stack) in chunk.samples() {
+            slices.push(IoSlice::new(header));
+            slices.push(IoSlice::new(&stack.text));
+        }
+        write_all_vectored(&mut file, &mut slices).with_context(|| format!("cannot write {}", path.display()))?;
         writing += started.elapsed();
         let started = Instant::now();
-        deflater.feed(&chunk.text, &chunk.spans);
+        for (header, spans, stack) in chunk.samples() {
+            deflater.feed(header, spans);
+            deflater.feed_stack(stack);
+        }
         compressing += started.elapsed();
         archive.write_streamed(&deflater.take_output())?;
-        len += chunk.text.len() as u64;
+        len += chunk.len as u64;
         let _ = recycle.send(chunk);
     }
     tracing::debug!("perf_script.out: {len} bytes written in {writing:.1?}, compressed in {compressing:.1?}");
     let (tail, crc): (Vec<u8>, Crc) = deflater.finish();
     archive.end_streamed(&tail, &crc, len)?;
     Ok((archive, len))
+}
+
+/// Writes every byte of `slices` (`Write::write_all_vectored` is not stable yet).
+fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice]) -> std::io::Result<()> {
+    while !slices.is_empty() {
+        match file.write_vectored(slices) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut slices, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn folded_text(folded: &Folded) -> Result<Vec<u8>> {

@@ -4,7 +4,7 @@
 //! empty selection need.
 
 use crate::report::folded::{FoldOptions, Folded, Folder};
-use crate::report::script::{ScriptOptions, ScriptWriter, Span};
+use crate::report::script::{ScriptOptions, ScriptWriter, Span, StackText};
 use crate::report::view::Viewer;
 use crate::symbolize::ResolvedSample;
 use anyhow::{bail, Result};
@@ -12,11 +12,38 @@ use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
-/// Rendered script text and the spans that describe it.
+/// Rendered script text: samples' header lines, each followed by its stack's text (shared between the samples of
+/// a stack, not copied).
 #[derive(Default)]
 pub struct Chunk {
-    pub text: Vec<u8>,
-    pub spans: Vec<Span>,
+    /// The header lines, one after the other, and the spans that describe them.
+    pub headers: Vec<u8>,
+    pub header_spans: Vec<Span>,
+    /// Per sample: its header's length in bytes and in spans, and its stack's text.
+    pub samples: Vec<(u32, u32, Arc<StackText>)>,
+    /// Bytes of text in all.
+    pub len: usize,
+}
+
+impl Chunk {
+    fn clear(&mut self) {
+        self.headers.clear();
+        self.header_spans.clear();
+        self.samples.clear();
+        self.len = 0;
+    }
+
+    /// Each sample's header (with its spans) and stack text, in order.
+    pub fn samples(&self) -> impl Iterator<Item = (&[u8], &[Span], &StackText)> {
+        let (mut at, mut span_at) = (0usize, 0usize);
+        self.samples.iter().map(move |(len, spans, stack)| {
+            let (len, spans) = (*len as usize, *spans as usize);
+            let header = (&self.headers[at..at + len], &self.header_spans[span_at..span_at + spans]);
+            at += len;
+            span_at += spans;
+            (header.0, header.1, &**stack)
+        })
+    }
 }
 
 /// Big enough that writing and compressing a chunk costs far more than handing it over.
@@ -84,7 +111,7 @@ impl SampleSink {
         SampleSink {
             viewer,
             script: ScriptWriter::new(script),
-            chunk: Chunk { text: Vec::with_capacity(CHUNK_BYTES + (64 << 10)), spans: Vec::new() },
+            chunk: Chunk::default(),
             to_writer,
             recycled,
             folder: Folder::new(fold),
@@ -99,8 +126,13 @@ impl SampleSink {
         self.facts.note(&sample);
         let Some(sample) = self.viewer.apply(sample) else { return Ok(()) };
         self.shown += 1;
-        self.script.write_sample(&sample, &mut self.chunk.text, Some(&mut self.chunk.spans));
-        if self.chunk.text.len() >= CHUNK_BYTES {
+        let chunk = &mut self.chunk;
+        let (before, spans_before) = (chunk.headers.len(), chunk.header_spans.len());
+        let stack = self.script.render(&sample, &mut chunk.headers, Some(&mut chunk.header_spans));
+        let header_len = chunk.headers.len() - before;
+        chunk.len += header_len + stack.text.len();
+        chunk.samples.push((header_len as u32, (chunk.header_spans.len() - spans_before) as u32, stack));
+        if chunk.len >= CHUNK_BYTES {
             self.send()?;
         }
         self.folder.add(&sample);
@@ -117,8 +149,7 @@ impl SampleSink {
 
     fn send(&mut self) -> Result<()> {
         let mut next = self.recycled.try_recv().unwrap_or_default();
-        next.text.clear();
-        next.spans.clear();
+        next.clear();
         let full = std::mem::replace(&mut self.chunk, next);
         if self.to_writer.send(full).is_err() {
             // The writer stopped on an error; it reports it when joined.
@@ -129,7 +160,7 @@ impl SampleSink {
 
     /// Hands over the last chunk; the writer ends when the sender is dropped here.
     pub fn finish(mut self) -> Result<Streamed> {
-        if !self.chunk.text.is_empty() {
+        if !self.chunk.samples.is_empty() {
             self.send()?;
         }
         let threads = self
