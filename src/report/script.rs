@@ -198,17 +198,29 @@ impl ScriptWriter {
         let (event_id, event) = &self.events[&id];
         let secs = sample.time / 1_000_000_000;
         let micros = sample.time % 1_000_000_000 / 1_000;
-        // Formatting into a Vec cannot fail.
-        let _ = write!(out, "{comm} {:>5}/{:<5} [{:03}] {secs:>5}.", sample.pid, sample.tid, sample.cpu);
+        // `{comm} {pid:>5}/{tid:<5} [{cpu:03}] {secs:>5}.{micros:06}: {period:>10} {event}:`, hand-formatted
+        // (`write!` costs more than the rest of a sample's handling).
+        out.extend_from_slice(comm.as_bytes());
+        out.push(b' ');
+        push_decimal(out, sample.pid as u64, 5, Pad::Before(b' '));
+        out.push(b'/');
+        push_decimal(out, sample.tid as u64, 5, Pad::After);
+        out.extend_from_slice(b" [");
+        push_decimal(out, sample.cpu as u64, 3, Pad::Before(b'0'));
+        out.extend_from_slice(b"] ");
+        push_decimal(out, secs, 5, Pad::Before(b' '));
+        out.push(b'.');
         let ids = [comm_key, sample.pid as u64, sample.tid as u64, sample.cpu as u64, secs];
         cuts.cut(out, if comm_key == 0 { 0 } else { span_key(KEY_HEADER, &ids) });
-        let _ = write!(out, "{micros:06}");
+        push_decimal(out, micros, 6, Pad::Before(b'0'));
         cuts.cut(out, 0);
         out.extend_from_slice(b": ");
         if self.weight == Weight::Period {
-            let _ = write!(out, "{:>10} ", sample.period);
+            push_decimal(out, sample.period, 10, Pad::Before(b' '));
+            out.push(b' ');
         }
-        let _ = writeln!(out, "{event}:");
+        out.extend_from_slice(event.as_bytes());
+        out.extend_from_slice(b":\n");
         cuts.cut(out, span_key(KEY_HEADER_END, &[*event_id as u64, sample.period]));
     }
 
@@ -307,6 +319,41 @@ fn push_address(out: &mut Vec<u8>, n: u64) {
         *slot = DIGITS[(n >> (4 * (digits - 1 - i)) & 0xf) as usize];
     }
     out.extend_from_slice(&text);
+}
+
+/// Where [`push_decimal`] pads a number shorter than its width.
+#[derive(Clone, Copy)]
+enum Pad {
+    /// Right-aligned, filled with this byte.
+    Before(u8),
+    /// Left-aligned, filled with spaces.
+    After,
+}
+
+/// Appends `n` in decimal, padded to at least `width` bytes (`{n:>w$}`, `{n:0w$}`, `{n:<w$}`).
+fn push_decimal(out: &mut Vec<u8>, mut n: u64, width: usize, pad: Pad) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let digits = &digits[at..];
+    let fill = width.saturating_sub(digits.len());
+    match pad {
+        Pad::Before(byte) => {
+            out.resize(out.len() + fill, byte);
+            out.extend_from_slice(digits);
+        }
+        Pad::After => {
+            out.extend_from_slice(digits);
+            out.resize(out.len() + fill, b' ');
+        }
+    }
 }
 
 /// Appends `n` in lower-case hex.

@@ -1,7 +1,7 @@
 //! Deflate (RFC 1951) for the archive, in segments that are compressed independently and joined: each segment
 //! starts on a byte boundary and ends with a sync flush (an empty stored block), no segment refers back into
 //! another, and one final empty block ends the stream, so segments can be made on different threads, in any order,
-//! and written one after the other. The gzip member's CRC-32 is combined from the segments' ([`flate2::Crc`]).
+//! and written one after the other. The gzip member's CRC-32 is combined from the segments' ([`crc32fast::Hasher`], and [`crc_shift`] for text that recurs).
 //!
 //! Two encoders:
 //! - [`SpanDeflater`] for perf_script.out: that text is mostly repeats of earlier lines (the same frames sample
@@ -12,7 +12,8 @@
 //! - [`deflate_segment`] (miniz, a normal compressor) for everything else (perf.data, the small text files).
 
 use crate::report::script::{Span, StackText, ADDRESS_LEN};
-use flate2::{Compress, Compression, Crc, FlushCompress};
+use crate::report::stacks::FastMap;
+use flate2::{Compress, Compression, FlushCompress};
 use std::collections::VecDeque;
 
 /// Farthest a match may point back.
@@ -387,7 +388,9 @@ pub struct SpanDeflater {
     pos: u64,
     own: OwnText,
     placed: Placed,
-    crc: Crc,
+    crc: Checksum,
+    /// CRC-32 of each stack text and its [`crc_shift`] factor, by the id of the text's first rest.
+    stack_crcs: FastMap<u64, (u32, u32)>,
 }
 
 impl Default for SpanDeflater {
@@ -402,7 +405,8 @@ impl SpanDeflater {
         // BFINAL=0, BTYPE=01 (fixed Huffman): one block for the whole segment.
         bits.put(0b010, 3);
         let own = OwnText { bytes: Vec::new(), start: 0, runs: VecDeque::new(), last: vec![(0, 0); 1 << SLOT_BITS] };
-        SpanDeflater { bits, pos: 0, own, placed: Placed { slots: vec![(0, 0); 1 << SLOT_BITS] }, crc: Crc::new() }
+        let placed = Placed { slots: vec![(0, 0); 1 << SLOT_BITS] };
+        SpanDeflater { bits, pos: 0, own, placed, crc: Checksum::default(), stack_crcs: FastMap::default() }
     }
 
     /// Encodes the next piece of text; `spans` cover it exactly (a span with parts counts once).
@@ -419,7 +423,7 @@ impl SpanDeflater {
     pub fn feed_stack(&mut self, stack: &StackText) {
         let t = tables();
         let text = &stack.text[..];
-        self.crc.update(text);
+        self.add_to_crc(stack);
         let start = self.pos;
         let mut pending = Pending::default();
         let mut at = 0usize;
@@ -466,6 +470,22 @@ impl SpanDeflater {
         self.own.forget_before(self.pos.saturating_sub(WINDOW as u64));
     }
 
+    /// The CRC-32 of a stack text is worked out once; each occurrence then costs one multiplication.
+    fn add_to_crc(&mut self, stack: &StackText) {
+        let Some(first) = stack.lines.first() else {
+            self.crc.update(&stack.text);
+            return;
+        };
+        if self.stack_crcs.len() >= STACK_CRCS_KEPT {
+            self.stack_crcs.clear();
+        }
+        let (crc, shift) = *self
+            .stack_crcs
+            .entry(first.rest)
+            .or_insert_with(|| (crc_update(0, &stack.text), crc_shift(stack.text.len() as u64)));
+        self.crc.append(crc, stack.text.len() as u64, shift);
+    }
+
     /// A piece at stream position `pos`: a match when placed within the window before, else literals.
     fn put_piece(&mut self, key: u64, pos: u64, bytes: &[u8]) {
         match self.placed.distance(key, pos) {
@@ -481,7 +501,7 @@ impl SpanDeflater {
     }
 
     /// Ends the segment (byte-aligned); returns the remaining bytes and the CRC of everything fed.
-    pub fn finish(mut self) -> (Vec<u8>, Crc) {
+    pub fn finish(mut self) -> (Vec<u8>, Checksum) {
         let eob = tables().end_of_block;
         self.bits.put(eob.bits, eob.len);
         sync_flush(&mut self.bits);
@@ -489,8 +509,94 @@ impl SpanDeflater {
     }
 }
 
+/// Stack CRCs kept before the table starts over.
+const STACK_CRCS_KEPT: usize = 1 << 16;
+
+/// The CRC-32 polynomial, bit-reversed (gzip's CRC is the reflected one).
+const CRC_POLY: u32 = 0xedb8_8320;
+
+/// The CRC-32 of `bytes` following bytes whose CRC-32 is `crc`.
+fn crc_update(crc: u32, bytes: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new_with_initial(crc);
+    h.update(bytes);
+    h.finalize()
+}
+
+/// gzip's CRC-32 of some bytes, and how many there are: enough to join the checksums of consecutive pieces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checksum {
+    crc: u32,
+    len: u64,
+}
+
+impl Checksum {
+    pub fn of(bytes: &[u8]) -> Checksum {
+        Checksum { crc: crc_update(0, bytes), len: bytes.len() as u64 }
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.crc = crc_update(self.crc, bytes);
+        self.len += bytes.len() as u64;
+    }
+
+    /// The checksum of these bytes followed by those of `next`.
+    pub fn combine(&mut self, next: &Checksum) {
+        self.append(next.crc, next.len, crc_shift(next.len));
+    }
+
+    /// Appends bytes of CRC `crc` and length `len`, whose [`crc_shift`] is `shift`.
+    fn append(&mut self, crc: u32, len: u64, shift: u32) {
+        self.crc = multiply_mod_p(shift, self.crc) ^ crc;
+        self.len += len;
+    }
+
+    pub fn value(&self) -> u32 {
+        self.crc
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+/// `a * b` modulo the CRC polynomial (reflected bit order: x^0 is the top bit).
+fn multiply_mod_p(a: u32, mut b: u32) -> u32 {
+    let mut m = 1u32 << 31;
+    let mut product = 0;
+    while m != 0 {
+        if a & m != 0 {
+            product ^= b;
+            if a & (m - 1) == 0 {
+                break;
+            }
+        }
+        m >>= 1;
+        b = if b & 1 != 0 { (b >> 1) ^ CRC_POLY } else { b >> 1 };
+    }
+    product
+}
+
+/// x^(8·len) modulo the CRC polynomial: with it, the CRC-32 of `A` then `B` is
+/// `multiply_mod_p(crc_shift(len(B)), crc(A)) ^ crc(B)` (the pre- and post-inversions cancel out).
+fn crc_shift(len: u64) -> u32 {
+    // x^1, squared repeatedly: x^(2^k), from x^8 on (k = 3).
+    let mut square = 1u32 << 30;
+    for _ in 0..3 {
+        square = multiply_mod_p(square, square);
+    }
+    let (mut power, mut n) = (1u32 << 31, len);
+    while n != 0 {
+        if n & 1 != 0 {
+            power = multiply_mod_p(square, power);
+        }
+        square = multiply_mod_p(square, square);
+        n >>= 1;
+    }
+    power
+}
+
 /// A segment compressed by miniz (`level`), ending with a sync flush; returns it with the CRC of its input.
-pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, Crc) {
+pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, Checksum) {
     let mut d = Deflater::new(level);
     for part in parts {
         d.feed(part);
@@ -501,13 +607,13 @@ pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &
 /// [`deflate_segment`] fed piece by piece.
 pub struct Deflater {
     compress: Compress,
-    crc: Crc,
+    crc: Checksum,
     out: Vec<u8>,
 }
 
 impl Deflater {
     pub fn new(level: Compression) -> Self {
-        Deflater { compress: Compress::new(level, false), crc: Crc::new(), out: Vec::with_capacity(1 << 16) }
+        Deflater { compress: Compress::new(level, false), crc: Checksum::default(), out: Vec::with_capacity(1 << 16) }
     }
 
     pub fn feed(&mut self, part: &[u8]) {
@@ -523,7 +629,7 @@ impl Deflater {
         }
     }
 
-    pub fn finish(mut self) -> (Vec<u8>, Crc) {
+    pub fn finish(mut self) -> (Vec<u8>, Checksum) {
         loop {
             self.out.reserve(1024);
             let before = self.compress.total_out();
@@ -613,10 +719,19 @@ mod tests {
             out.extend(tail);
             let decoded = inflate(&join(std::slice::from_ref(&out)));
             assert!(decoded == text, "seed {seed}: round trip differs");
-            let mut expected = Crc::new();
-            expected.update(&text);
-            assert_eq!(crc.sum(), expected.sum());
+            assert_eq!(crc, Checksum::of(&text));
             assert!(out.len() < text.len() / 2, "seed {seed}: {} of {} bytes", out.len(), text.len());
+        }
+    }
+
+    #[test]
+    fn crc_of_joined_texts_is_combined_from_their_crcs() {
+        let bytes: Vec<u8> = (0..5000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+        for (a, b) in [(0, 0), (0, 7), (3, 0), (1, 1), (100, 2600), (4999, 1), (17, 4983)] {
+            let (first, second) = (&bytes[..a], &bytes[a..a + b]);
+            let mut joined = Checksum::of(first);
+            joined.combine(&Checksum::of(second));
+            assert_eq!(joined, Checksum::of(&bytes[..a + b]), "{a} + {b} bytes");
         }
     }
 

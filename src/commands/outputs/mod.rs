@@ -23,7 +23,7 @@ use crate::report::{self, ReportSummary, Weight};
 use crate::symbolize::{SymbolizeOptions, SymbolizeStats, Symbolizer};
 use anyhow::{anyhow, bail, Context, Result};
 use deflate::SpanDeflater;
-use flate2::{Compression, Crc};
+use flate2::Compression;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{IoSlice, Write};
@@ -219,9 +219,11 @@ fn write_script(
 ) -> Result<(Tarball, u64)> {
     let mut deflater = SpanDeflater::new();
     let mut len = 0u64;
+    let mut reserve = Reserve::default();
     let (mut writing, mut compressing) = (Duration::ZERO, Duration::ZERO);
     for chunk in chunks {
         let started = Instant::now();
+        reserve.ahead_of(&file, len + chunk.len as u64);
         let mut slices = Vec::with_capacity(chunk.samples.len() * 2);
         for (header, _, stack) in chunk.samples() {
             slices.push(IoSlice::new(header));
@@ -239,10 +241,51 @@ fn write_script(
         len += chunk.len as u64;
         let _ = recycle.send(chunk);
     }
+    reserve.release_beyond(&file, len).with_context(|| format!("cannot write {}", path.display()))?;
     tracing::debug!("perf_script.out: {len} bytes written in {writing:.1?}, compressed in {compressing:.1?}");
-    let (tail, crc): (Vec<u8>, Crc) = deflater.finish();
+    let (tail, crc) = deflater.finish();
     archive.end_streamed(&tail, &crc, len)?;
     Ok((archive, len))
+}
+
+/// Disk blocks reserved for a file ahead of its writes (`fallocate`, size unchanged). Writing into reserved blocks
+/// skips ext4's allocation per page, which costs about as much as copying the bytes (a third of writing the 105 MB
+/// perf_script.out of a 40k-sample profile).
+#[derive(Default)]
+struct Reserve {
+    end: u64,
+}
+
+/// How far ahead blocks are reserved, and in what steps.
+const RESERVE_STEP: u64 = 16 << 20;
+
+impl Reserve {
+    /// Makes sure blocks up to `end` are reserved. Best effort: where `fallocate` is not supported, writes
+    /// allocate as usual.
+    fn ahead_of(&mut self, file: &File, end: u64) {
+        use std::os::fd::AsRawFd;
+        if end <= self.end {
+            return;
+        }
+        let start = self.end;
+        self.end = end.next_multiple_of(RESERVE_STEP);
+        // SAFETY: plain syscall on a descriptor we own; no memory is passed.
+        let failed = unsafe {
+            libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, start as i64, (self.end - start) as i64)
+        } != 0;
+        if failed {
+            // Not supported (or no space, which the writes themselves will report): stop trying.
+            self.end = u64::MAX;
+        }
+    }
+
+    /// Gives back the blocks reserved beyond the file's final length.
+    fn release_beyond(&self, file: &File, len: u64) -> std::io::Result<()> {
+        if self.end != u64::MAX && self.end > len {
+            file.set_len(len)?;
+        }
+        Ok(())
+    }
 }
 
 /// Writes every byte of `slices` (`Write::write_all_vectored` is not stable yet).

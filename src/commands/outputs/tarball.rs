@@ -5,10 +5,10 @@
 //! is known, so its tar header goes into a stored block that is rewritten in place at the end. Every other entry
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
-use super::deflate::{deflate_segment, stored_block, Deflater, FINAL_BLOCK};
+use super::deflate::{deflate_segment, stored_block, Checksum, Deflater, FINAL_BLOCK};
 use crate::new_file;
 use anyhow::{Context, Result};
-use flate2::{Compression, Crc};
+use flate2::Compression;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -68,7 +68,7 @@ pub fn now() -> u64 {
 /// One compressed piece of the archive and what it decompresses to.
 pub struct Segment {
     pub compressed: Vec<u8>,
-    pub crc: Crc,
+    pub crc: Checksum,
 }
 
 impl Segment {
@@ -122,7 +122,7 @@ pub struct Tarball {
     /// Where the streamed entry's header (the payload of a stored block) lies in the file.
     first_header_at: u64,
     /// The CRC of everything after that header.
-    crc_after_header: Crc,
+    crc_after_header: Checksum,
 }
 
 impl Tarball {
@@ -134,7 +134,7 @@ impl Tarball {
             .and_then(|()| file.write_all(&placeholder))
             .with_context(|| format!("cannot write {}", path.display()))?;
         let first_header_at = (GZIP_HEADER.len() + placeholder.len() - BLOCK) as u64;
-        Ok(Tarball { file, path: path.to_owned(), first_header_at, crc_after_header: Crc::new() })
+        Ok(Tarball { file, path: path.to_owned(), first_header_at, crc_after_header: Checksum::default() })
     }
 
     /// Appends compressed bytes of the streamed entry (their CRC is given at [`end_streamed`](Self::end_streamed)).
@@ -143,14 +143,12 @@ impl Tarball {
     }
 
     /// Ends the streamed entry: its last compressed bytes, the CRC and length of its content, and the padding.
-    pub fn end_streamed(&mut self, compressed: &[u8], content_crc: &Crc, content_len: u64) -> Result<()> {
+    pub fn end_streamed(&mut self, compressed: &[u8], content_crc: &Checksum, content_len: u64) -> Result<()> {
         self.write_streamed(compressed)?;
         self.crc_after_header.combine(content_crc);
         let pad = padding(content_len);
         if !pad.is_empty() {
-            let mut crc = Crc::new();
-            crc.update(pad);
-            self.crc_after_header.combine(&crc);
+            self.crc_after_header.combine(&Checksum::of(pad));
             self.write_streamed(&stored_block(pad))?;
         }
         Ok(())
@@ -164,13 +162,12 @@ impl Tarball {
     /// Writes the end of the stream, the gzip trailer, and the streamed entry's real header over the reserved one.
     pub fn finish(mut self, first_header: &[u8; BLOCK]) -> Result<()> {
         let ctx = || format!("cannot write {}", self.path.display());
-        let mut crc = Crc::new();
-        crc.update(first_header);
+        let mut crc = Checksum::of(first_header);
         crc.combine(&self.crc_after_header);
         self.file.write_all(&FINAL_BLOCK).with_context(ctx)?;
-        // ISIZE is the length modulo 2^32, which is what Crc::amount counts.
-        let mut trailer = crc.sum().to_le_bytes().to_vec();
-        trailer.extend_from_slice(&crc.amount().to_le_bytes());
+        // ISIZE is the length modulo 2^32.
+        let mut trailer = crc.value().to_le_bytes().to_vec();
+        trailer.extend_from_slice(&(crc.len() as u32).to_le_bytes());
         self.file.write_all(&trailer).with_context(ctx)?;
         self.file.write_all_at(first_header, self.first_header_at).with_context(ctx)?;
         Ok(())
