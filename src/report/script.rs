@@ -200,7 +200,7 @@ impl ScriptWriter {
         let micros = sample.time % 1_000_000_000 / 1_000;
         // `{comm} {pid:>5}/{tid:<5} [{cpu:03}] {secs:>5}.{micros:06}: {period:>10} {event}:`, hand-formatted
         // (`write!` costs more than the rest of a sample's handling).
-        out.extend_from_slice(comm.as_bytes());
+        push_short(out, comm.as_bytes());
         out.push(b' ');
         push_decimal(out, sample.pid as u64, 5, Pad::Before(b' '));
         out.push(b'/');
@@ -219,7 +219,7 @@ impl ScriptWriter {
             push_decimal(out, sample.period, 10, Pad::Before(b' '));
             out.push(b' ');
         }
-        out.extend_from_slice(event.as_bytes());
+        push_short(out, event.as_bytes());
         out.extend_from_slice(b":\n");
         cuts.cut(out, span_key(KEY_HEADER_END, &[*event_id as u64, sample.period]));
     }
@@ -347,12 +347,25 @@ fn push_decimal(out: &mut Vec<u8>, mut n: u64, width: usize, pad: Pad) {
     match pad {
         Pad::Before(byte) => {
             out.resize(out.len() + fill, byte);
-            out.extend_from_slice(digits);
+            push_short(out, digits);
         }
         Pad::After => {
-            out.extend_from_slice(digits);
+            push_short(out, digits);
             out.resize(out.len() + fill, b' ');
         }
+    }
+}
+
+/// Appends a few bytes one by one: a library `memcpy` call costs more than that for a handful (see
+/// [`push_address`]).
+#[inline]
+fn push_short(out: &mut Vec<u8>, bytes: &[u8]) {
+    if bytes.len() > 32 {
+        out.extend_from_slice(bytes);
+        return;
+    }
+    for &b in bytes {
+        out.push(b);
     }
 }
 

@@ -20,8 +20,8 @@ use std::collections::VecDeque;
 const WINDOW: usize = 32 * 1024;
 const MIN_MATCH: usize = 3;
 const MAX_MATCH: usize = 258;
-/// Slots of the table of span keys.
-const SLOT_BITS: u32 = 16;
+/// Slots of the tables of span keys and piece ids (a few hundred are live at a time: those within the window).
+const SLOT_BITS: u32 = 13;
 
 /// Little-endian bit packing, as deflate stores everything but Huffman codes (those are given here already
 /// bit-reversed).

@@ -30,7 +30,7 @@ use std::io::{IoSlice, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use stream::{Chunk, RecordingFacts, SampleSink, Streamed};
 use tarball::{Segment, Tarball};
 
@@ -89,24 +89,29 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         crate::new_file::create(&script_path).with_context(|| format!("cannot create {}", script_path.display()))?;
     let archive = Tarball::create(&staging.path().join(report::ARCHIVE_FILE))?;
     let weight = Weight::default();
+    // Chunks of script text go from this thread to the writer, then to the compressor, then back for reuse.
     let (to_writer, chunks) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
+    let (to_compressor, written) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
     let (recycle, recycled) = mpsc::channel::<Chunk>();
 
-    let (streamed, stats, mut archive, script_len, perf_segment) = std::thread::scope(|scope| -> Result<_> {
-        // perf.data goes into the archive as it is; compressing it needs nothing from the other stages.
-        let perf_segment = scope.spawn(|| {
+    let (streamed, stats, mut archive, script_len, inputs_segments) = std::thread::scope(|scope| -> Result<_> {
+        // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
+        // from the other stages.
+        let inputs_segments = scope.spawn(|| -> Result<[Segment; 2]> {
             let started = Instant::now();
-            let segment = Segment::of_file(
+            let perf_data = Segment::of_file(
                 Compression::fast(),
                 Path::new(PERF_DATA_FILE),
                 perf_data_file,
                 perf_data_meta.len(),
                 tarball::mtime_of(&perf_data_meta),
-            );
-            tracing::debug!("perf.data compressed in {:.1?}", started.elapsed());
-            segment
+            )?;
+            let naming = naming_segment(dir)?;
+            tracing::debug!("perf.data and naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
+            Ok([perf_data, naming])
         });
-        let writer = scope.spawn(move || write_script(script_file, &script_path, chunks, recycle, archive));
+        let writer = scope.spawn(move || write_script(script_file, &script_path, chunks, to_compressor));
+        let compressor = scope.spawn(move || compress_script(written, recycle, archive));
         let mut sink = SampleSink::new(
             Viewer::new(req.view.clone()),
             &ScriptOptions { weight },
@@ -119,12 +124,16 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         let started = Instant::now();
         let stats = symbolizer.for_each_sample(&reader, |s| sink.take(s));
         let streamed = sink.finish();
-        tracing::debug!("named, rendered and folded the samples in {:.1?}", started.elapsed());
-        // A failed writer (disk full) is the cause of any failure the stream then reports.
-        let (archive, script_len) = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))??;
+        tracing::debug!("named, rendered and folded the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+        // A failed writer or compressor (disk full) is the cause of any failure the stream then reports; a
+        // failed compressor stops the writer too.
+        let written = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))?;
+        let compressed = compressor.join().map_err(|_| anyhow!("the perf script compressor panicked"))?;
+        let (archive, script_len) = compressed?;
+        written?;
         let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
-        let perf_segment = perf_segment.join().map_err(|_| anyhow!("compressing perf.data panicked"))??;
-        Ok((streamed?, stats, archive, script_len, perf_segment))
+        let inputs_segments = inputs_segments.join().map_err(|_| anyhow!("compressing perf.data panicked"))??;
+        Ok((streamed?, stats, archive, script_len, inputs_segments))
     })?;
     let Streamed { folded, threads, facts, shown } = streamed;
     if shown == 0 && facts.samples > 0 && (req.view.pid.is_some() || req.view.tid.is_some()) {
@@ -168,27 +177,13 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         tracing::warn!("{note}");
     }
 
-    // The archive: perf_script.out (streamed), perf.data, the small outputs, then what names the frames.
-    let mut entries: Vec<tarball::Entry> =
+    // The archive: perf_script.out (streamed), perf.data, what names the frames, then the small outputs.
+    let entries: Vec<tarball::Entry> =
         small.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
-    let mut naming_files = Vec::new();
-    if dir.join(report::SYMBOLS_DIR).is_dir() {
-        collect_tree(dir, Path::new(report::SYMBOLS_DIR), &mut naming_files)?;
-    } else {
-        for name in jit_files_beside(dir)? {
-            naming_files.push(Naming::File(name));
-        }
+    for segment in &inputs_segments {
+        archive.append(segment)?;
     }
-    let contents = naming_files.iter().map(|n| n.read(dir)).collect::<Result<Vec<_>>>()?;
-    for (naming, content) in naming_files.iter().zip(&contents) {
-        entries.push(match (naming, content) {
-            (Naming::Dir(name, mtime), _) => tarball::Entry::Dir(name.clone(), *mtime),
-            (Naming::File(name), Some((bytes, mtime))) => tarball::Entry::File(name.clone(), bytes, *mtime),
-            (Naming::File(_), None) => continue,
-        });
-    }
-    archive.append(&perf_segment)?;
-    archive.append(&Segment::of_entries(Compression::default(), &entries, true)?)?;
+    archive.append(&Segment::of_entries(Compression::fast(), &entries, true)?)?;
     archive.finish(&tarball::tar_header(Path::new(report::PERF_SCRIPT_FILE), script_len, now, false)?)?;
 
     tracing::debug!("archive finished after {:.1?}", begun.elapsed());
@@ -202,49 +197,59 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         remove_stale(&dir.join(report::FLAMEGRAPH_FILE))?;
     }
     files.pop();
-    tracing::debug!("outputs in place after {:.1?}", begun.elapsed());
+    tracing::debug!("outputs in place after {:.1?} ({})", begun.elapsed(), thread_cpu());
     let report =
         ReportSummary { files, top: report::top::from_folded(&folded, 5), folded_samples: folded.samples(), notes };
     Ok(OutputSummary { report, symbolize: stats, samples_shown: shown, archive: dir.join(report::ARCHIVE_FILE) })
 }
 
-/// The writer thread: perf_script.out on disk and, compressed, as the archive's first entry. Returns the archive
-/// and the script's length.
-fn write_script(
-    mut file: File,
-    path: &Path,
-    chunks: mpsc::Receiver<Chunk>,
-    recycle: mpsc::Sender<Chunk>,
-    mut archive: Tarball,
-) -> Result<(Tarball, u64)> {
-    let mut deflater = SpanDeflater::new();
+/// The writer thread: perf_script.out on disk; each chunk then goes on to the compressor.
+fn write_script(mut file: File, path: &Path, chunks: mpsc::Receiver<Chunk>, done: mpsc::SyncSender<Chunk>) -> Result<()> {
+    let started = Instant::now();
     let mut len = 0u64;
     let mut reserve = Reserve::default();
-    let (mut writing, mut compressing) = (Duration::ZERO, Duration::ZERO);
+    let error = || format!("cannot write {}", path.display());
     for chunk in chunks {
-        let started = Instant::now();
         reserve.ahead_of(&file, len + chunk.len as u64);
         let mut slices = Vec::with_capacity(chunk.samples.len() * 2);
         for (header, _, stack) in chunk.samples() {
             slices.push(IoSlice::new(header));
             slices.push(IoSlice::new(&stack.text));
         }
-        write_all_vectored(&mut file, &mut slices).with_context(|| format!("cannot write {}", path.display()))?;
-        writing += started.elapsed();
-        let started = Instant::now();
+        write_all_vectored(&mut file, &mut slices).with_context(error)?;
+        len += chunk.len as u64;
+        if done.send(chunk).is_err() {
+            // The compressor stopped on an error; it reports it.
+            bail!("the perf script compressor stopped");
+        }
+    }
+    reserve.release_beyond(&file, len).with_context(error)?;
+    tracing::debug!("perf_script.out: {len} bytes written in {:.1?} ({})", started.elapsed(), thread_cpu());
+    Ok(())
+}
+
+/// The compressor thread: perf_script.out as the archive's first entry, compressed as it comes. Returns the
+/// archive and the script's length.
+fn compress_script(
+    chunks: mpsc::Receiver<Chunk>,
+    recycle: mpsc::Sender<Chunk>,
+    mut archive: Tarball,
+) -> Result<(Tarball, u64)> {
+    let started = Instant::now();
+    let mut deflater = SpanDeflater::new();
+    let mut len = 0u64;
+    for chunk in chunks {
         for (header, spans, stack) in chunk.samples() {
             deflater.feed(header, spans);
             deflater.feed_stack(stack);
         }
-        compressing += started.elapsed();
         archive.write_streamed(&deflater.take_output())?;
         len += chunk.len as u64;
         let _ = recycle.send(chunk);
     }
-    reserve.release_beyond(&file, len).with_context(|| format!("cannot write {}", path.display()))?;
-    tracing::debug!("perf_script.out: {len} bytes written in {writing:.1?}, compressed in {compressing:.1?}");
     let (tail, crc) = deflater.finish();
     archive.end_streamed(&tail, &crc, len)?;
+    tracing::debug!("perf_script.out compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
     Ok((archive, len))
 }
 
@@ -288,6 +293,17 @@ impl Reserve {
     }
 }
 
+/// The calling thread's CPU time so far, for the stage timings of `-vv`.
+fn thread_cpu() -> String {
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes only into the struct it is given.
+    if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
+        return "CPU time unknown".into();
+    }
+    let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
+    format!("thread CPU: {:.1} ms user, {:.1} ms system", ms(usage.ru_utime), ms(usage.ru_stime))
+}
+
 /// Writes every byte of `slices` (`Write::write_all_vectored` is not stable yet).
 fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice]) -> std::io::Result<()> {
     while !slices.is_empty() {
@@ -311,6 +327,29 @@ fn svg(folded: &Folded, opts: &FlameOptions) -> Result<Vec<u8>> {
     let mut out = Vec::new();
     flamegraph::write_svg(folded, opts, &mut out)?;
     Ok(out)
+}
+
+/// The archive segment of what names the frames: `symbols/`, or the perf maps and jitdumps beside a `perf record`
+/// perf.data.
+fn naming_segment(dir: &Path) -> Result<Segment> {
+    let mut naming_files = Vec::new();
+    if dir.join(report::SYMBOLS_DIR).is_dir() {
+        collect_tree(dir, Path::new(report::SYMBOLS_DIR), &mut naming_files)?;
+    } else {
+        for name in jit_files_beside(dir)? {
+            naming_files.push(Naming::File(name));
+        }
+    }
+    let contents = naming_files.iter().map(|n| n.read(dir)).collect::<Result<Vec<_>>>()?;
+    let mut entries = Vec::new();
+    for (naming, content) in naming_files.iter().zip(&contents) {
+        entries.push(match (naming, content) {
+            (Naming::Dir(name, mtime), _) => tarball::Entry::Dir(name.clone(), *mtime),
+            (Naming::File(name), Some((bytes, mtime))) => tarball::Entry::File(name.clone(), bytes, *mtime),
+            (Naming::File(_), None) => continue,
+        });
+    }
+    Segment::of_entries(Compression::default(), &entries, false)
 }
 
 /// A file or folder of what names the frames (`symbols/`, or perf maps beside a `perf record` perf.data).
