@@ -82,6 +82,8 @@ pub struct ScriptWriter {
     events: FastMap<(usize, usize), (u32, Box<str>)>,
     keep: KeepAlive,
     stacks: PerStack<Arc<StackText>>,
+    /// The text of the last unshared stack rendered.
+    unshared: Option<Arc<StackText>>,
     /// Ids of lines by (frame, address, offset) and of rests by (line, the rest after it; 0: only the blank
     /// line).
     line_ids: FastMap<(u32, u64, u64), u64>,
@@ -148,6 +150,7 @@ impl ScriptWriter {
             events: FastMap::default(),
             keep: KeepAlive::default(),
             stacks: PerStack::new(STACK_TEXT_KEPT),
+            unshared: None,
             line_ids: FastMap::default(),
             rest_ids: FastMap::default(),
             next_piece_id: 1,
@@ -161,17 +164,20 @@ impl ScriptWriter {
     }
 
     /// Appends the sample's header line to `out` (and its spans to `spans`) and returns the rest of its text: the
-    /// frame lines and the blank line, rendered once per shared stack.
-    pub fn render(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) -> Arc<StackText> {
+    /// frame lines and the blank line, rendered once per shared stack. (Borrowed: cloning the `Arc` for every
+    /// sample would make threads that read the text contend for its reference count.)
+    pub fn render(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) -> &Arc<StackText> {
         self.write_header(sample, out, spans);
         let id = sample.frames.id();
-        if let Some(text) = self.stacks.get(id) {
-            return text.clone();
+        if self.stacks.get(id).is_none() {
+            let stack = Arc::new(self.stack_text(&sample.frames));
+            if id == 0 {
+                return self.unshared.insert(stack);
+            }
+            let cost = stack.text.len() + stack.lines.len() * std::mem::size_of::<Line>();
+            self.stacks.insert(id, stack, cost);
         }
-        let stack = Arc::new(self.stack_text(&sample.frames));
-        let cost = stack.text.len() + stack.lines.len() * std::mem::size_of::<Line>();
-        self.stacks.insert(id, stack.clone(), cost);
-        stack
+        self.stacks.get(id).expect("inserted above")
     }
 
     fn write_header(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) {

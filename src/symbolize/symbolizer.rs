@@ -160,6 +160,9 @@ impl SymbolizeStats {
     }
 }
 
+/// Recordings with more bytes of records than this are not kept mapped whole while they are replayed.
+const RELEASE_ABOVE: u64 = 16 << 20;
+
 /// x86-64 kernel addresses live in the upper half; used only when a chain carries no context marker.
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 const PERF_CONTEXT_HV: u64 = -32i64 as u64;
@@ -285,16 +288,20 @@ impl Symbolizer {
         self.stats.lost_samples = lost;
         // Stable: records with equal times keep their file order.
         timeline.sort_by_key(|(t, _)| *t);
-        // The pages the first pass read are dropped, and those behind the replay as it moves on (records are
-        // written about in time order, so the lowest offset still to come keeps rising).
-        reader.release_data_before(u64::MAX);
+        // In a big recording, the pages the first pass read are dropped, and those behind the replay as it moves
+        // on (records are written about in time order, so the lowest offset still to come keeps rising). A small
+        // one stays mapped: mapping its pages again would cost more than the memory they take.
+        let release = reader.header().data.size > RELEASE_ABOVE;
+        if release {
+            reader.release_data_before(u64::MAX);
+        }
         let mut lowest_to_come = vec![u64::MAX; timeline.len() + 1];
         for (i, (_, replay)) in timeline.iter().enumerate().rev() {
             let offset = if let Replay::Sample(o) = replay { *o } else { u64::MAX };
             lowest_to_come[i] = lowest_to_come[i + 1].min(offset);
         }
         for (i, (_, replay)) in timeline.iter().enumerate() {
-            if i % 4096 == 0 {
+            if release && i % 4096 == 0 {
                 reader.release_data_before(lowest_to_come[i]);
             }
             match replay {

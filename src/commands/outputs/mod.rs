@@ -97,7 +97,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let (streamed, stats, mut archive, script_len, inputs_segments) = std::thread::scope(|scope| -> Result<_> {
         // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
         // from the other stages.
-        let inputs_segments = scope.spawn(|| -> Result<[Segment; 2]> {
+        let inputs_segments = spawn_named(scope, "archive-inputs", || -> Result<[Segment; 2]> {
             let started = Instant::now();
             let perf_data = Segment::of_file(
                 Compression::fast(),
@@ -110,8 +110,10 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             tracing::debug!("perf.data and naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
             Ok([perf_data, naming])
         });
-        let writer = scope.spawn(move || write_script(script_file, &script_path, chunks, to_compressor));
-        let compressor = scope.spawn(move || compress_script(written, recycle, archive));
+        let writer = spawn_named(scope, "script-writer", move || {
+            write_script(script_file, &script_path, chunks, to_compressor)
+        });
+        let compressor = spawn_named(scope, "script-deflate", move || compress_script(written, recycle, archive));
         let mut sink = SampleSink::new(
             Viewer::new(req.view.clone()),
             &ScriptOptions { weight },
@@ -201,6 +203,15 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let report =
         ReportSummary { files, top: report::top::from_folded(&folded, 5), folded_samples: folded.samples(), notes };
     Ok(OutputSummary { report, symbolize: stats, samples_shown: shown, archive: dir.join(report::ARCHIVE_FILE) })
+}
+
+/// Starts a thread with a name (shown by `top -H`, `perf` and debuggers).
+fn spawn_named<'scope, T: Send + 'scope>(
+    scope: &'scope std::thread::Scope<'scope, '_>,
+    name: &str,
+    f: impl FnOnce() -> T + Send + 'scope,
+) -> std::thread::ScopedJoinHandle<'scope, T> {
+    std::thread::Builder::new().name(name.into()).spawn_scoped(scope, f).expect("cannot start a thread")
 }
 
 /// The writer thread: perf_script.out on disk; each chunk then goes on to the compressor.
@@ -461,7 +472,7 @@ fn metadata_from_recording(reader: &PerfDataReader, facts: &RecordingFacts, stat
     let features = reader.features();
     let attr = &reader.events()[0].attr;
     // The process with most samples is the one the recording was about.
-    let main = facts.per_pid.iter().max_by_key(|(_, (n, _))| *n);
+    let main = facts.per_pid.iter().max_by_key(|(pid, (n, _))| (*n, **pid));
     Metadata {
         host: features.hostname.clone().unwrap_or_default(),
         kernel: features.osrelease.clone().unwrap_or_default(),

@@ -5,6 +5,7 @@
 
 use crate::report::folded::{FoldOptions, Folded, Folder};
 use crate::report::script::{ScriptOptions, ScriptWriter, Span, StackText};
+use crate::report::stacks::FastMap;
 use crate::report::view::Viewer;
 use crate::symbolize::ResolvedSample;
 use anyhow::{bail, Result};
@@ -19,8 +20,12 @@ pub struct Chunk {
     /// The header lines, one after the other, and the spans that describe them.
     pub headers: Vec<u8>,
     pub header_spans: Vec<Span>,
-    /// Per sample: its header's length in bytes and in spans, and its stack's text.
-    pub samples: Vec<(u32, u32, Arc<StackText>)>,
+    /// Per sample: its header's length in bytes and in spans, and its stack's text (an index in `stacks`).
+    pub samples: Vec<(u32, u32, u32)>,
+    /// The stack texts of the chunk's samples, each once (one reference per chunk, not per sample).
+    pub stacks: Vec<Arc<StackText>>,
+    /// Where each stack text is in `stacks`, by its address.
+    stack_index: FastMap<usize, u32>,
     /// Bytes of text in all.
     pub len: usize,
 }
@@ -30,7 +35,25 @@ impl Chunk {
         self.headers.clear();
         self.header_spans.clear();
         self.samples.clear();
+        self.stacks.clear();
+        self.stack_index.clear();
         self.len = 0;
+    }
+
+    /// Appends a sample whose header (`header_len` bytes, `header_spans` spans) was just appended.
+    fn push(&mut self, header_len: usize, header_spans: usize, stack: &Arc<StackText>) {
+        let key = Arc::as_ptr(stack) as usize;
+        let index = match self.stack_index.get(&key) {
+            Some(&i) => i,
+            None => {
+                let i = self.stacks.len() as u32;
+                self.stacks.push(stack.clone());
+                self.stack_index.insert(key, i);
+                i
+            }
+        };
+        self.len += header_len + stack.text.len();
+        self.samples.push((header_len as u32, header_spans as u32, index));
     }
 
     /// Each sample's header (with its spans) and stack text, in order.
@@ -41,7 +64,7 @@ impl Chunk {
             let header = (&self.headers[at..at + len], &self.header_spans[span_at..span_at + spans]);
             at += len;
             span_at += spans;
-            (header.0, header.1, &**stack)
+            (header.0, header.1, &*self.stacks[*stack as usize])
         })
     }
 }
@@ -55,10 +78,10 @@ pub struct RecordingFacts {
     pub samples: u64,
     pub first_time: Option<u64>,
     pub last_time: u64,
-    /// Samples and command name per process.
-    pub per_pid: BTreeMap<u32, (u64, Arc<str>)>,
-    /// Samples per (process, thread).
-    pub per_thread: BTreeMap<(u32, u32), u64>,
+    /// Samples and command name per process (unordered).
+    pub per_pid: FastMap<u32, (u64, Arc<str>)>,
+    /// Samples per (process, thread) (unordered).
+    pub per_thread: FastMap<(u32, u32), u64>,
 }
 
 impl RecordingFacts {
@@ -129,9 +152,7 @@ impl SampleSink {
         let chunk = &mut self.chunk;
         let (before, spans_before) = (chunk.headers.len(), chunk.header_spans.len());
         let stack = self.script.render(&sample, &mut chunk.headers, Some(&mut chunk.header_spans));
-        let header_len = chunk.headers.len() - before;
-        chunk.len += header_len + stack.text.len();
-        chunk.samples.push((header_len as u32, (chunk.header_spans.len() - spans_before) as u32, stack));
+        chunk.push(chunk.headers.len() - before, chunk.header_spans.len() - spans_before, stack);
         if chunk.len >= CHUNK_BYTES {
             self.send()?;
         }
