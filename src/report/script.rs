@@ -166,7 +166,12 @@ impl ScriptWriter {
     /// Appends the sample's header line to `out` (and its spans to `spans`) and returns the rest of its text: the
     /// frame lines and the blank line, rendered once per shared stack. (Borrowed: cloning the `Arc` for every
     /// sample would make threads that read the text contend for its reference count.)
-    pub fn render(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) -> &Arc<StackText> {
+    pub fn render(
+        &mut self,
+        sample: &ResolvedSample,
+        out: &mut Vec<u8>,
+        spans: Option<&mut Vec<Span>>,
+    ) -> &Arc<StackText> {
         self.write_header(sample, out, spans);
         let id = sample.frames.id();
         if self.stacks.get(id).is_none() {
@@ -313,7 +318,6 @@ impl Cuts<'_> {
         }
         self.mark = out.len();
     }
-
 }
 
 /// Appends an address as perf prints it: lower-case hex right-aligned in 16 columns. Built in a fixed-size array

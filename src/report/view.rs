@@ -55,7 +55,12 @@ pub struct Viewer {
 
 impl Viewer {
     pub fn new(view: View) -> Self {
-        Viewer { view, stripped: FastMap::default(), keep: KeepAlive::default(), stacks: PerStack::new(STACK_FRAMES_KEPT) }
+        Viewer {
+            view,
+            stripped: FastMap::default(),
+            keep: KeepAlive::default(),
+            stacks: PerStack::new(STACK_FRAMES_KEPT),
+        }
     }
 
     pub fn view(&self) -> &View {

@@ -110,8 +110,16 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             tracing::debug!("perf.data and naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
             Ok([perf_data, naming])
         });
+        // The perf_script.out of an earlier run is deleted as soon as this run has samples to show (not before: a
+        // `-pid` that selects nothing keeps it), so that its deletion, the slowest file operation of a run (the
+        // page cache of a 100 MB file), overlaps the run instead of following it. The name stays empty until the
+        // new file is published; a run that fails after this point leaves no perf_script.out (the earlier run's
+        // prof.tar.gz still holds it) and every other output as it was.
+        let discard_old_script = staging.discarder(report::PERF_SCRIPT_FILE);
         let writer = spawn_named(scope, "script-writer", move || {
-            write_script(script_file, &script_path, chunks, to_compressor)
+            write_script(script_file, &script_path, chunks, to_compressor, || {
+                spawn_named(scope, "old-script-rm", discard_old_script);
+            })
         });
         let compressor = spawn_named(scope, "script-deflate", move || compress_script(written, recycle, archive));
         let mut sink = SampleSink::new(
@@ -215,12 +223,22 @@ fn spawn_named<'scope, T: Send + 'scope>(
 }
 
 /// The writer thread: perf_script.out on disk; each chunk then goes on to the compressor.
-fn write_script(mut file: File, path: &Path, chunks: mpsc::Receiver<Chunk>, done: mpsc::SyncSender<Chunk>) -> Result<()> {
+fn write_script(
+    mut file: File,
+    path: &Path,
+    chunks: mpsc::Receiver<Chunk>,
+    done: mpsc::SyncSender<Chunk>,
+    first_chunk: impl FnOnce(),
+) -> Result<()> {
     let started = Instant::now();
+    let mut first_chunk = Some(first_chunk);
     let mut len = 0u64;
     let mut reserve = Reserve::default();
     let error = || format!("cannot write {}", path.display());
     for chunk in chunks {
+        if let Some(f) = first_chunk.take() {
+            f();
+        }
         reserve.ahead_of(&file, len + chunk.len as u64);
         let mut slices = Vec::with_capacity(chunk.samples.len() * 2);
         for (header, _, stack) in chunk.samples() {
@@ -538,6 +556,19 @@ impl Staging {
 
     fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// What moves an earlier run's `name` (a file or symlink, not a folder) out of the directory and deletes it,
+    /// ahead of [`publish`](Self::publish).
+    fn discarder(&self, name: &str) -> impl FnOnce() + Send + 'static {
+        let (target, aside) = (self.dir.join(name), self.path.join(format!(".old-{name}")));
+        move || {
+            let replaceable = std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir());
+            // On a failure here, publishing reports it (or the staging folder's removal finishes the job).
+            if replaceable && std::fs::rename(&target, &aside).is_ok() {
+                let _ = std::fs::remove_file(&aside);
+            }
+        }
     }
 
     /// Moves the given staged files to their final names (a rename replaces a symlink, never follows it). Checks
