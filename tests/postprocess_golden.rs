@@ -233,9 +233,12 @@ fn view_options_filter_and_split_the_profile() {
     let names = tar_list(&dir.join("prof.tar.gz"));
     assert!(names.contains(&format!("folded_stacks.{worker_tid}.out")), "{names:?}");
 
-    // A filter that selects nothing says what there is instead, and writes nothing.
+    // A filter that selects nothing says what there is instead, and changes nothing: the outputs of an earlier
+    // run all stay.
     let dir = golden_copy(&scratch, "nothing");
+    postprocess_ok(&dir, &[]);
     let before = tree(&dir);
+    assert!(before.keys().any(|p| p.as_os_str() == "perf_script.out"));
     let line = one_line_error(&["-dir", dir.to_str().unwrap(), "-pid", &(pid + 1).to_string()]);
     assert!(line.contains(&format!("no samples of PID {}", pid + 1)) && line.contains(&format!("{pid} (workload)")));
     let line = one_line_error(&["-dir", dir.to_str().unwrap(), "-pid", &pid.to_string(), "-tid", "1"]);

@@ -189,3 +189,56 @@ fn write_outputs_without_stacks_says_so_instead_of_drawing() {
     assert!(!dir.join(report::FLAMEGRAPH_FILE).exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The symbolizer hands the samples of one callchain the same shared stack, and the stages after it work once per
+/// stack: the outputs must be exactly those of the same samples with unshared stacks, under every view, when one
+/// stack shows up under several thread names, and whether a stack is first met kept or filtered out.
+#[test]
+fn shared_stacks_give_the_outputs_of_unshared_ones() {
+    use profcpu::report::script::{write_perf_script, ScriptOptions};
+    use profcpu::symbolize::{Frame, Stack};
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    let mut unshared = golden_samples();
+    unshared.extend(mixed());
+    // Every stack again under another thread name, and once more under the first.
+    let again: Vec<ResolvedSample> = unshared
+        .iter()
+        .flat_map(|s| {
+            let mut other = s.clone();
+            other.comm = Arc::from("other thread");
+            [other, s.clone()]
+        })
+        .collect();
+    unshared.extend(again);
+    let mut stacks: HashMap<Vec<Frame>, Stack> = HashMap::new();
+    let shared: Vec<ResolvedSample> = unshared
+        .iter()
+        .map(|s| {
+            let stack = stacks.entry(s.frames.to_vec()).or_insert_with(|| Stack::shared(s.frames.to_vec())).clone();
+            ResolvedSample { frames: stack, ..s.clone() }
+        })
+        .collect();
+    assert!(stacks.len() * 3 <= shared.len(), "stacks do repeat");
+
+    for view in [
+        View::default(),
+        View { no_kernel: true, ..View::default() },
+        View { strip_tiers: true, ..View::default() },
+        View { no_kernel: true, strip_tiers: true, ..View::default() },
+        View { tid: Some(11), no_kernel: true, ..View::default() },
+    ] {
+        let outputs = |samples: &[ResolvedSample]| {
+            let shown = view.apply(samples);
+            let folded = fold(shown.iter(), &FoldOptions::default());
+            let mut script = Vec::new();
+            write_perf_script(shown.iter(), &ScriptOptions::default(), &mut script).unwrap();
+            (folded, script, hottest_self(shown.iter(), 5).to_string())
+        };
+        let (expected, actual) = (outputs(&unshared), outputs(&shared));
+        assert_eq!(actual.0, expected.0, "{view:?}: folded stacks differ");
+        assert!(actual.1 == expected.1, "{view:?}: perf script text differs");
+        assert_eq!(actual.2, expected.2, "{view:?}: top table differs");
+    }
+}

@@ -281,6 +281,63 @@ fn recorded_state_over_time_names_every_frame() {
     assert_eq!(out.stats.jit_frames_unnamed, 1);
 }
 
+/// Samples with the same callchain share one named stack (the stages after the symbolizer work once per stack),
+/// but only while the names hold: a remap or JIT code replaced at the same address gives a new stack.
+#[test]
+fn repeated_callchains_share_a_stack_while_their_names_hold() {
+    let scratch = Scratch::new("symbolize-shared-stacks");
+    let chain = [U, 0x30010, 0x10010];
+    let records = vec![
+        comm(0, 300, 300, "node", false),
+        mmap(0, 300, 0x30000, 0x10000, 0, 0, "//anon"),
+        mmap(0, 300, 0x10000, 0x1000, 0, 81, "/opt/app/lib.so"),
+        mmap(0, 300, 0x50000, 0x1000, 0, 80, "/work/jit-300.dump"),
+        // "first" is loaded at 100, replaced by "second" at 200 (same address).
+        sample(110, 300, 300, &chain),
+        sample(120, 300, 300, &chain),
+        sample(130, 300, 301, &chain),
+        sample(210, 300, 300, &chain),
+        sample(220, 300, 300, &chain),
+        // lib.so is replaced by another file at the same address.
+        mmap(300, 300, 0x10000, 0x1000, 0, 82, "/opt/app/other.so"),
+        sample(310, 300, 300, &chain),
+    ];
+    let data = scratch.0.join("perf.data");
+    write_perf_data(&data, &records);
+    write_symbols(&scratch.0, "");
+    std::fs::write(
+        scratch.0.join("symbols/dsos.txt"),
+        "dso-0.syms 8:1:81 - /opt/app/lib.so\ndso-1.syms 8:1:82 - /opt/app/other.so\n",
+    )
+    .unwrap();
+    std::fs::write(scratch.0.join("symbols/dso-0.syms"), "0 100 in_lib\n").unwrap();
+    std::fs::write(scratch.0.join("symbols/dso-1.syms"), "0 100 in_other\n").unwrap();
+    let reader = PerfDataReader::open(&data).unwrap();
+    let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+    assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
+
+    let named: Vec<(u64, Vec<String>, u64)> = out.samples.iter().map(|s| (s.time, names(s), s.frames.id())).collect();
+    let expect = |t: u64, leaf: &str, caller: &str| {
+        let (_, n, id) = named.iter().find(|(time, ..)| *time == t).unwrap();
+        assert_eq!(n, &[leaf, caller], "at {t}");
+        assert_ne!(*id, 0, "a symbolized stack is shared");
+        *id
+    };
+    let first = expect(110, "JS:*first", "in_lib");
+    assert_eq!(expect(120, "JS:*first", "in_lib"), first);
+    // Another thread of the same process: same address space, same stack.
+    assert_eq!(expect(130, "JS:*first", "in_lib"), first);
+    let second = expect(210, "JS:*second", "in_lib");
+    assert_ne!(second, first);
+    assert_eq!(expect(220, "JS:*second", "in_lib"), second);
+    let remapped = expect(310, "JS:*second", "in_other");
+    assert_ne!(remapped, second);
+    // Counters count every sample, cached or not.
+    assert_eq!(out.stats.samples, 6);
+    assert_eq!(out.stats.jit_frames_named, 6);
+    assert_eq!(out.stats.native_frames_named, 6);
+}
+
 #[test]
 fn hidden_kernel_symbols_show_as_kernel_with_a_notice() {
     let scratch = Scratch::new("symbolize-hidden-kernel");

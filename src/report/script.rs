@@ -404,3 +404,26 @@ fn frame_text(frame: &Frame) -> FrameText {
         named: names::is_named(frame),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_padded_as_format_pads_them() {
+        let numbers = [0u64, 1, 9, 10, 99, 100, 12345, 123456, 999_999, 4_294_967_295, u64::MAX];
+        for n in numbers {
+            for width in [0, 3, 5, 6, 10, 25] {
+                let mut out = Vec::new();
+                push_decimal(&mut out, n, width, Pad::Before(b' '));
+                assert_eq!(String::from_utf8(out).unwrap(), format!("{n:>width$}"));
+                let mut out = Vec::new();
+                push_decimal(&mut out, n, width, Pad::Before(b'0'));
+                assert_eq!(String::from_utf8(out).unwrap(), format!("{n:0width$}"));
+                let mut out = b"x".to_vec();
+                push_decimal(&mut out, n, width, Pad::After);
+                assert_eq!(String::from_utf8(out).unwrap(), format!("x{n:<width$}"));
+            }
+        }
+    }
+}

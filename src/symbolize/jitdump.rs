@@ -359,6 +359,34 @@ mod tests {
     }
 
     #[test]
+    fn steady_times_end_where_the_code_at_the_address_changes() {
+        let mut w = JitDumpWriter::new(42, 0);
+        w.load(100, 0x1000, 0x40, "First").load(200, 0x1000, 0x80, "Second").load(300, 0x2000, 0x10, "Elsewhere");
+        let d = JitDump::parse(&w.bytes);
+        let steady = |addr: u64, time: u64| {
+            let (code, times) = d.lookup_steady(addr, time);
+            (code.map(|c| c.name.to_string()), times)
+        };
+        // Valid from its load to its replacement; the unrelated load at 300 does not matter here.
+        assert_eq!(steady(0x1010, 150), (Some("First".into()), 100..200));
+        assert_eq!(steady(0x1010, 250), (Some("Second".into()), 200..u64::MAX));
+        // Before any load the answer is the nearest in time, which depends on the exact time.
+        assert_eq!(steady(0x1010, 50), (Some("First".into()), 50..51));
+        // Nothing ever there: the same at any time.
+        assert_eq!(steady(0x3000, 150), (None, 0..u64::MAX));
+        // Every time in a steady range gives the same answer.
+        for addr in [0x1000, 0x1010, 0x1050, 0x107f, 0x2008] {
+            for time in [0, 50, 99, 100, 101, 150, 199, 200, 201, 299, 300, 301, 1000] {
+                let (code, times) = steady(addr, time);
+                assert!(times.contains(&time), "{addr:#x}@{time}: {times:?}");
+                for t in [times.start, times.end.saturating_sub(1), (times.start / 2).saturating_add(times.end / 2)] {
+                    assert_eq!(steady(addr, t).0, code, "{addr:#x}@{time} vs @{t}");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn code_move_relocates_the_name_from_its_time() {
         let mut w = JitDumpWriter::new(1, 0);
         w.load(10, 0x1000, 0x20, "Moved").moved(20, 0x1000, 0x5000, 0x20).load(30, 0x1000, 0x20, "Other");

@@ -735,6 +735,81 @@ mod tests {
         }
     }
 
+    /// Samples as the outputs stream renders them: header lines (fed with their spans) and stack texts (fed by
+    /// their piece ids), from stacks that repeat near and far, share tails, and come and go.
+    #[test]
+    fn stack_texts_round_trip_and_repeats_become_matches() {
+        use crate::report::script::{ScriptOptions, ScriptWriter};
+        use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
+        use std::sync::Arc;
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let names: Vec<Arc<str>> = (0..60).map(|i| Arc::from(format!("Namespace.Type{i}::Method{i}(int32)"))).collect();
+        let modules: Vec<Arc<str>> = (0..4).map(|i| Arc::from(format!("/usr/lib/lib{i}.so"))).collect();
+        let frame = |name: usize, addr: u64| Frame {
+            addr: 0x7f00_0000_0000 + name as u64 * 0x1000 + addr,
+            symbol: (name % 7 != 0).then(|| names[name].clone()),
+            offset: addr,
+            module: modules[name % modules.len()].clone(),
+            kind: FrameKind::Native,
+        };
+        // 300 stacks over 20 call paths: shared tails, leaves at a few addresses, depths 0 to 120.
+        let paths: Vec<Vec<usize>> =
+            (0..20).map(|p| (0..[0, 1, 5, 20, 120][p % 5]).map(|_| next(60) as usize).collect()).collect();
+        let stacks: Vec<Stack> = (0..300)
+            .map(|i| {
+                let path = &paths[i % paths.len()];
+                let mut frames: Vec<Frame> = path.iter().map(|&n| frame(n, 0x10 + next(8) * 4)).collect();
+                if let Some(leaf) = frames.first_mut() {
+                    leaf.addr += next(3) * 0x100;
+                }
+                Stack::shared(frames)
+            })
+            .collect();
+        let comm: Arc<str> = Arc::from("app");
+        let event: Arc<str> = Arc::from("cpu-clock");
+        let mut writer = ScriptWriter::new(&ScriptOptions::default());
+        let mut deflater = SpanDeflater::new();
+        let mut text = Vec::new();
+        let (mut header, mut spans) = (Vec::new(), Vec::new());
+        let mut out = Vec::new();
+        for i in 0..6000u64 {
+            // Mostly a few hot stacks, sometimes any.
+            let stack = if next(4) == 0 { next(300) } else { next(6) } as usize;
+            let sample = ResolvedSample {
+                pid: 7,
+                tid: 7 + next(3) as u32,
+                cpu: next(2) as u32,
+                time: 1_000_000_000 + i * 1_000_123,
+                period: 1_000_000,
+                comm: comm.clone(),
+                event: event.clone(),
+                frames: stacks[stack].clone(),
+            };
+            header.clear();
+            spans.clear();
+            let stack_text = writer.render(&sample, &mut header, Some(&mut spans)).clone();
+            deflater.feed(&header, &spans);
+            deflater.feed_stack(&stack_text);
+            text.extend_from_slice(&header);
+            text.extend_from_slice(&stack_text.text);
+            if i % 500 == 0 {
+                out.extend(deflater.take_output());
+            }
+        }
+        let (tail, crc) = deflater.finish();
+        out.extend(tail);
+        assert!(inflate(&join(std::slice::from_ref(&out))) == text, "round trip differs");
+        assert_eq!(crc, Checksum::of(&text));
+        let (zlib_fast, _) = deflate_segment(Compression::fast(), [&text[..]]);
+        assert!(out.len() < zlib_fast.len() * 2, "{} of {} bytes (zlib: {})", out.len(), text.len(), zlib_fast.len());
+    }
+
     #[test]
     fn every_match_length_and_distance_decodes() {
         let base: Vec<u8> = (0..40_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
