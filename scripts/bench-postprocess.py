@@ -12,7 +12,7 @@ and at most their sum), the medians, and the ratios. Sets up what it needs first
 (`cargo install inferno --version 0.12.8` into the cache), the .NET runtime and the web API.
 
 Usage: scripts/bench-postprocess.py [--runs 3] [--seconds 2] [--freq 9999] [--profcpu target/release/profcpu]
-                                    [--dir EXISTING_COLLECTION] [--keep] [--setup-only]
+                                    [--dir EXISTING_COLLECTION [--hot FRAME]] [--keep] [--setup-only]
 """
 import argparse
 import os
@@ -154,6 +154,8 @@ def main():
     ap.add_argument("--freq", type=int, default=9999)
     ap.add_argument("--profcpu", default=os.path.join(REPO, "target/release/profcpu"))
     ap.add_argument("--dir", help="an existing profcpu collection of a running app (skips recording)")
+    ap.add_argument("--hot", default=HOT_METHOD,
+                    help=f"a frame name both flame graphs must contain (default {HOT_METHOD}, for --dir of another app)")
     ap.add_argument("--keep", action="store_true", help="keep the work folder")
     ap.add_argument("--setup-only", action="store_true", help="install what the benchmark needs, then stop")
     args = ap.parse_args()
@@ -194,8 +196,8 @@ def main():
         timed([ours], os.devnull)
         timed(pipeline, pipe_svg)
         for svg in [pipe_svg, os.path.join(run_dir, "flamegraph.svg")]:
-            if HOT_METHOD not in open(svg, encoding="utf-8", errors="replace").read():
-                die(f"{svg} does not name {HOT_METHOD}: JIT frames unnamed, the comparison would be unfair")
+            if args.hot not in open(svg, encoding="utf-8", errors="replace").read():
+                die(f"{svg} does not name {args.hot}: frames unnamed, the comparison would be unfair")
         rows = []
         for i in range(args.runs):
             t_ours, rss_ours = timed([ours], os.devnull)

@@ -106,7 +106,7 @@ pub struct StackText {
 /// hex, the module piece.
 #[derive(Debug, Clone, Copy)]
 pub struct Line {
-    /// This line and everything after it in the stack text.
+    /// This line and everything after it in the stack text (0: no id).
     pub rest: u64,
     /// This line.
     pub line: u64,
@@ -121,10 +121,10 @@ pub struct Line {
 pub const ADDRESS_LEN: usize = 18;
 
 /// Bytes of rendered stack text kept for reuse.
-const STACK_TEXT_KEPT: usize = 16 << 20;
+const STACK_TEXT_KEPT: usize = 8 << 20;
 
 /// Line and rest ids kept before their tables start over.
-const PIECE_IDS_KEPT: usize = 1 << 20;
+const PIECE_IDS_KEPT: usize = 1 << 16;
 
 /// Kinds of [`Span`] keys, mixed into the key so different kinds of pieces never share one.
 const KEY_HEADER: u64 = 1;
@@ -175,7 +175,7 @@ impl ScriptWriter {
         self.write_header(sample, out, spans);
         let id = sample.frames.id();
         if self.stacks.get(id).is_none() {
-            let stack = Arc::new(self.stack_text(&sample.frames));
+            let stack = Arc::new(self.stack_text(&sample.frames, id != 0));
             if id == 0 {
                 return self.unshared.insert(stack);
             }
@@ -235,8 +235,10 @@ impl ScriptWriter {
         cuts.cut(out, span_key(KEY_HEADER_END, &[*event_id as u64, sample.period]));
     }
 
-    /// The frame lines, leaf first, and the blank line that ends a sample.
-    fn stack_text(&mut self, frames: &[Frame]) -> StackText {
+    /// The frame lines, leaf first, and the blank line that ends a sample. Rests get ids only in a shared stack
+    /// (rendered once for many samples): for one rendered per sample, looking its rests up costs more than it
+    /// saves.
+    fn stack_text(&mut self, frames: &[Frame], shared: bool) -> StackText {
         let mut text = Vec::with_capacity(frames.len() * 128 + 1);
         let mut lines = Vec::with_capacity(frames.len());
         let mut line_keys = Vec::with_capacity(frames.len());
@@ -296,8 +298,10 @@ impl ScriptWriter {
                 *next - 1
             };
             line.line = *self.line_ids.entry(*key).or_insert_with(&mut new_id);
-            rest = *self.rest_ids.entry((line.line, rest)).or_insert_with(&mut new_id);
-            line.rest = rest;
+            if shared {
+                rest = *self.rest_ids.entry((line.line, rest)).or_insert_with(&mut new_id);
+                line.rest = rest;
+            }
         }
         StackText { text: text.into(), lines: lines.into() }
     }

@@ -117,7 +117,10 @@ struct CachedStack {
 
 /// Frames kept in the stack cache before it starts over (a profile of few distinct stacks stays cached whole; one
 /// of many never holds more than this).
-const STACK_CACHE_FRAMES: usize = 1 << 18;
+const STACK_CACHE_FRAMES: usize = 1 << 17;
+
+/// Samples over which the stack cache's hit rate is judged.
+const HIT_RATE_SAMPLES: u32 = 4096;
 
 /// How many frames of each sort a stack has (for [`SymbolizeStats`]).
 #[derive(Clone, Copy, Default)]
@@ -179,6 +182,12 @@ pub struct Symbolizer {
     stacks: FastMap<Box<[u64]>, CachedStack>,
     stack_cache_frames: usize,
     stack_key: Vec<u64>,
+    /// Lookups and hits of the stack cache in the current stretch of [`HIT_RATE_SAMPLES`].
+    stack_lookups: u32,
+    stack_hits: u32,
+    /// Whether new stacks are handed out as shared: only while samples do repeat stacks (in a profile where almost
+    /// every stack is new, the per-stack work of later stages is all cost).
+    share_stacks: bool,
     usage: Option<Usage>,
     stats: SymbolizeStats,
     kernel_module: Arc<str>,
@@ -195,6 +204,9 @@ impl Symbolizer {
             stacks: FastMap::default(),
             stack_cache_frames: 0,
             stack_key: Vec::new(),
+            stack_lookups: 0,
+            stack_hits: 0,
+            share_stacks: true,
             usage: None,
             stats: SymbolizeStats::default(),
             kernel_module: Arc::from(KERNEL_MODULE),
@@ -319,6 +331,10 @@ impl Symbolizer {
                 Replay::Record(i) => self.observe(&records[*i]),
             }
         }
+        // What only the replay needed goes now, before the stages that follow it take their memory.
+        reader.release_data_before(u64::MAX);
+        self.stacks = FastMap::default();
+        self.stack_cache_frames = 0;
         for problem in read.problems() {
             self.warn(format!("perf.data: {problem}"));
         }
@@ -352,8 +368,14 @@ impl Symbolizer {
         key.clear();
         key.extend_from_slice(&[space.0, space.1, (s.misc & PERF_RECORD_MISC_CPUMODE_MASK) as u64, s.ip]);
         key.extend_from_slice(&s.callchain);
+        self.stack_lookups += 1;
+        if self.stack_lookups == HIT_RATE_SAMPLES {
+            self.share_stacks = self.stack_hits * 4 >= self.stack_lookups;
+            (self.stack_lookups, self.stack_hits) = (0, 0);
+        }
         let frames = match self.stacks.get(key.as_slice()) {
             Some(cached) if cached.steady.contains(&s.time) => {
+                self.stack_hits += 1;
                 self.stats.count(&cached.counts);
                 cached.stack.clone()
             }
@@ -367,7 +389,7 @@ impl Symbolizer {
                     self.stack_cache_frames = 0;
                 }
                 self.stack_cache_frames += frames.len();
-                let stack = Stack::shared(frames);
+                let stack = if self.share_stacks { Stack::shared(frames) } else { Stack::from(frames) };
                 let cached = CachedStack { stack: stack.clone(), steady, counts };
                 self.stacks.insert(self.stack_key.as_slice().into(), cached);
                 stack
