@@ -1,16 +1,19 @@
 //! Deflate (RFC 1951) for the archive, in segments that are compressed independently and joined: each segment
 //! starts on a byte boundary and ends with a sync flush (an empty stored block), no segment refers back into
 //! another, and one final empty block ends the stream, so segments can be made on different threads, in any order,
-//! and written one after the other. The gzip member's CRC-32 is combined from the segments' ([`crc32fast::Hasher`], and [`crc_shift`] for text that recurs).
+//! and written one after the other. The gzip member's CRC-32 is joined from the segments' ([`Checksum`]).
 //!
 //! Two encoders:
-//! - [`SpanDeflater`] for perf_script.out: that text is mostly repeats of earlier lines (the same frames sample
-//!   after sample), and its writer already knows which pieces repeat ([`Span`] keys). This encoder only checks
-//!   those candidates (a byte comparison, so a key is a hint, never trusted), extends a match while the text keeps
-//!   repeating at the same distance, and writes fixed-Huffman codes: no searching and no Huffman tables, about 20
-//!   times faster than zlib's fastest level on such text, for an output a few times larger than zlib's best.
+//! - [`SpanDeflater`] for perf_script.out: that text is mostly repeats (the same stacks sample after sample), and
+//!   its writer already knows what repeats. Stack texts come with ids for their lines, tails and pieces, which
+//!   always stand for the same bytes ([`StackText`]), so a recurrence within the window becomes a match without
+//!   comparing; the header lines come with [`Span`] keys, which are only hints (a byte comparison checks them).
+//!   Matches are extended while the text keeps repeating at the same distance, and written as fixed-Huffman
+//!   codes: no searching and no Huffman tables, many times faster than zlib's fastest level on such text, for an
+//!   output about as large.
 //! - [`deflate_segment`] (miniz, a normal compressor) for everything else (perf.data, the small text files).
 
+use super::checksum::{crc_shift, Checksum};
 use crate::report::script::{Span, StackText, ADDRESS_LEN};
 use crate::report::stacks::FastMap;
 use flate2::{Compress, Compression, FlushCompress};
@@ -390,7 +393,7 @@ pub struct SpanDeflater {
     placed: Placed,
     crc: Checksum,
     /// CRC-32 of each stack text and its [`crc_shift`] factor, by the id of the text's first rest.
-    stack_crcs: FastMap<u64, (u32, u32)>,
+    stack_crcs: FastMap<u64, (Checksum, u32)>,
 }
 
 impl Default for SpanDeflater {
@@ -482,11 +485,11 @@ impl SpanDeflater {
         if self.stack_crcs.len() >= STACK_CRCS_KEPT {
             self.stack_crcs.clear();
         }
-        let (crc, shift) = *self
+        let (crc, shift) = self
             .stack_crcs
             .entry(first.rest)
-            .or_insert_with(|| (crc_update(0, &stack.text), crc_shift(stack.text.len() as u64)));
-        self.crc.append(crc, stack.text.len() as u64, shift);
+            .or_insert_with(|| (Checksum::of(&stack.text), crc_shift(stack.text.len())));
+        self.crc.append(crc, *shift);
     }
 
     /// A piece at stream position `pos`: a match when placed within the window before, else literals.
@@ -514,89 +517,6 @@ impl SpanDeflater {
 
 /// Stack CRCs kept before the table starts over.
 const STACK_CRCS_KEPT: usize = 1 << 16;
-
-/// The CRC-32 polynomial, bit-reversed (gzip's CRC is the reflected one).
-const CRC_POLY: u32 = 0xedb8_8320;
-
-/// The CRC-32 of `bytes` following bytes whose CRC-32 is `crc`.
-fn crc_update(crc: u32, bytes: &[u8]) -> u32 {
-    let mut h = crc32fast::Hasher::new_with_initial(crc);
-    h.update(bytes);
-    h.finalize()
-}
-
-/// gzip's CRC-32 of some bytes, and how many there are: enough to join the checksums of consecutive pieces.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Checksum {
-    crc: u32,
-    len: u64,
-}
-
-impl Checksum {
-    pub fn of(bytes: &[u8]) -> Checksum {
-        Checksum { crc: crc_update(0, bytes), len: bytes.len() as u64 }
-    }
-
-    pub fn update(&mut self, bytes: &[u8]) {
-        self.crc = crc_update(self.crc, bytes);
-        self.len += bytes.len() as u64;
-    }
-
-    /// The checksum of these bytes followed by those of `next`.
-    pub fn combine(&mut self, next: &Checksum) {
-        self.append(next.crc, next.len, crc_shift(next.len));
-    }
-
-    /// Appends bytes of CRC `crc` and length `len`, whose [`crc_shift`] is `shift`.
-    fn append(&mut self, crc: u32, len: u64, shift: u32) {
-        self.crc = multiply_mod_p(shift, self.crc) ^ crc;
-        self.len += len;
-    }
-
-    pub fn value(&self) -> u32 {
-        self.crc
-    }
-
-    pub fn len(&self) -> u64 {
-        self.len
-    }
-}
-
-/// `a * b` modulo the CRC polynomial (reflected bit order: x^0 is the top bit).
-fn multiply_mod_p(a: u32, mut b: u32) -> u32 {
-    let mut m = 1u32 << 31;
-    let mut product = 0;
-    while m != 0 {
-        if a & m != 0 {
-            product ^= b;
-            if a & (m - 1) == 0 {
-                break;
-            }
-        }
-        m >>= 1;
-        b = if b & 1 != 0 { (b >> 1) ^ CRC_POLY } else { b >> 1 };
-    }
-    product
-}
-
-/// x^(8·len) modulo the CRC polynomial: with it, the CRC-32 of `A` then `B` is
-/// `multiply_mod_p(crc_shift(len(B)), crc(A)) ^ crc(B)` (the pre- and post-inversions cancel out).
-fn crc_shift(len: u64) -> u32 {
-    // x^1, squared repeatedly: x^(2^k), from x^8 on (k = 3).
-    let mut square = 1u32 << 30;
-    for _ in 0..3 {
-        square = multiply_mod_p(square, square);
-    }
-    let (mut power, mut n) = (1u32 << 31, len);
-    while n != 0 {
-        if n & 1 != 0 {
-            power = multiply_mod_p(square, power);
-        }
-        square = multiply_mod_p(square, square);
-        n >>= 1;
-    }
-    power
-}
 
 /// A segment compressed by miniz (`level`), ending with a sync flush; returns it with the CRC of its input.
 pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, Checksum) {
@@ -724,17 +644,6 @@ mod tests {
             assert!(decoded == text, "seed {seed}: round trip differs");
             assert_eq!(crc, Checksum::of(&text));
             assert!(out.len() < text.len() / 2, "seed {seed}: {} of {} bytes", out.len(), text.len());
-        }
-    }
-
-    #[test]
-    fn crc_of_joined_texts_is_combined_from_their_crcs() {
-        let bytes: Vec<u8> = (0..5000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
-        for (a, b) in [(0, 0), (0, 7), (3, 0), (1, 1), (100, 2600), (4999, 1), (17, 4983)] {
-            let (first, second) = (&bytes[..a], &bytes[a..a + b]);
-            let mut joined = Checksum::of(first);
-            joined.combine(&Checksum::of(second));
-            assert_eq!(joined, Checksum::of(&bytes[..a + b]), "{a} + {b} bytes");
         }
     }
 

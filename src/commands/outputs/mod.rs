@@ -1,15 +1,18 @@
 //! The stages after recording, shared by `collect` and `postprocess`: perf.data → symbolize → report → archive.
 //!
 //! One pass over the recording: each sample is named, shown through the view, rendered as perf script text and
-//! folded, then dropped ([`stream`]), so memory does not grow with the recording. A second thread writes
-//! perf_script.out and compresses it into prof.tar.gz as it comes ([`deflate`], [`tarball`]) while a third
-//! compresses perf.data into it; the small outputs join the archive at the end.
+//! folded, then dropped ([`stream`]), so memory does not grow with the recording. Beside it, one thread writes
+//! perf_script.out and another compresses it into prof.tar.gz as it comes ([`script_file`], [`deflate`],
+//! [`tarball`]), while a fourth compresses perf.data and what names the frames into the archive; the small
+//! outputs join it at the end.
 //!
 //! Outputs are written into a fresh staging folder inside the output directory and then renamed into place, so a
 //! regenerated file replaces the old one (or a planted symlink) instead of writing through it, and a failure never
 //! leaves a half-written file under the final name.
 
+mod checksum;
 mod deflate;
+mod script_file;
 mod stream;
 mod tarball;
 
@@ -22,11 +25,9 @@ use crate::report::view::{View, Viewer};
 use crate::report::{self, ReportSummary, Weight};
 use crate::symbolize::{SymbolizeOptions, SymbolizeStats, Symbolizer};
 use anyhow::{anyhow, bail, Context, Result};
-use deflate::SpanDeflater;
 use flate2::Compression;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{IoSlice, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -117,11 +118,11 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         // prof.tar.gz still holds it) and every other output as it was.
         let discard_old_script = staging.discarder(report::PERF_SCRIPT_FILE);
         let writer = spawn_named(scope, "script-writer", move || {
-            write_script(script_file, &script_path, chunks, to_compressor, || {
+            script_file::write(script_file, &script_path, chunks, to_compressor, || {
                 spawn_named(scope, "old-script-rm", discard_old_script);
             })
         });
-        let compressor = spawn_named(scope, "script-deflate", move || compress_script(written, recycle, archive));
+        let compressor = spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive));
         let mut sink = SampleSink::new(
             Viewer::new(req.view.clone()),
             &ScriptOptions { weight },
@@ -222,128 +223,15 @@ fn spawn_named<'scope, T: Send + 'scope>(
     std::thread::Builder::new().name(name.into()).spawn_scoped(scope, f).expect("cannot start a thread")
 }
 
-/// The writer thread: perf_script.out on disk; each chunk then goes on to the compressor.
-fn write_script(
-    mut file: File,
-    path: &Path,
-    chunks: mpsc::Receiver<Chunk>,
-    done: mpsc::SyncSender<Chunk>,
-    first_chunk: impl FnOnce(),
-) -> Result<()> {
-    let started = Instant::now();
-    let mut first_chunk = Some(first_chunk);
-    let mut len = 0u64;
-    let mut reserve = Reserve::default();
-    let error = || format!("cannot write {}", path.display());
-    for chunk in chunks {
-        if let Some(f) = first_chunk.take() {
-            f();
-        }
-        reserve.ahead_of(&file, len + chunk.len as u64);
-        let mut slices = Vec::with_capacity(chunk.samples.len() * 2);
-        for (header, _, stack) in chunk.samples() {
-            slices.push(IoSlice::new(header));
-            slices.push(IoSlice::new(&stack.text));
-        }
-        write_all_vectored(&mut file, &mut slices).with_context(error)?;
-        len += chunk.len as u64;
-        if done.send(chunk).is_err() {
-            // The compressor stopped on an error; it reports it.
-            bail!("the perf script compressor stopped");
-        }
-    }
-    reserve.release_beyond(&file, len).with_context(error)?;
-    tracing::debug!("perf_script.out: {len} bytes written in {:.1?} ({})", started.elapsed(), thread_cpu());
-    Ok(())
-}
-
-/// The compressor thread: perf_script.out as the archive's first entry, compressed as it comes. Returns the
-/// archive and the script's length.
-fn compress_script(
-    chunks: mpsc::Receiver<Chunk>,
-    recycle: mpsc::Sender<Chunk>,
-    mut archive: Tarball,
-) -> Result<(Tarball, u64)> {
-    let started = Instant::now();
-    let mut deflater = SpanDeflater::new();
-    let mut len = 0u64;
-    for chunk in chunks {
-        for (header, spans, stack) in chunk.samples() {
-            deflater.feed(header, spans);
-            deflater.feed_stack(stack);
-        }
-        archive.write_streamed(&deflater.take_output())?;
-        len += chunk.len as u64;
-        let _ = recycle.send(chunk);
-    }
-    let (tail, crc) = deflater.finish();
-    archive.end_streamed(&tail, &crc, len)?;
-    tracing::debug!("perf_script.out compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
-    Ok((archive, len))
-}
-
-/// Disk blocks reserved for a file ahead of its writes (`fallocate`, size unchanged). Writing into reserved blocks
-/// skips ext4's allocation per page, which costs about as much as copying the bytes (a third of writing the 105 MB
-/// perf_script.out of a 40k-sample profile).
-#[derive(Default)]
-struct Reserve {
-    end: u64,
-}
-
-/// How far ahead blocks are reserved, and in what steps.
-const RESERVE_STEP: u64 = 16 << 20;
-
-impl Reserve {
-    /// Makes sure blocks up to `end` are reserved. Best effort: where `fallocate` is not supported, writes
-    /// allocate as usual.
-    fn ahead_of(&mut self, file: &File, end: u64) {
-        use std::os::fd::AsRawFd;
-        if end <= self.end {
-            return;
-        }
-        let start = self.end;
-        self.end = end.next_multiple_of(RESERVE_STEP);
-        // SAFETY: plain syscall on a descriptor we own; no memory is passed.
-        let failed = unsafe {
-            libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_KEEP_SIZE, start as i64, (self.end - start) as i64)
-        } != 0;
-        if failed {
-            // Not supported (or no space, which the writes themselves will report): stop trying.
-            self.end = u64::MAX;
-        }
-    }
-
-    /// Gives back the blocks reserved beyond the file's final length.
-    fn release_beyond(&self, file: &File, len: u64) -> std::io::Result<()> {
-        if self.end != u64::MAX && self.end > len {
-            file.set_len(len)?;
-        }
-        Ok(())
-    }
-}
-
 /// The calling thread's CPU time so far, for the stage timings of `-vv`.
-fn thread_cpu() -> String {
+pub(crate) fn thread_cpu() -> String {
+    // SAFETY: rusage is plain integers, for which all zeros is a valid value; getrusage writes only into it.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage writes only into the struct it is given.
     if unsafe { libc::getrusage(libc::RUSAGE_THREAD, &mut usage) } != 0 {
         return "CPU time unknown".into();
     }
     let ms = |t: libc::timeval| t.tv_sec as f64 * 1e3 + t.tv_usec as f64 / 1e3;
     format!("thread CPU: {:.1} ms user, {:.1} ms system", ms(usage.ru_utime), ms(usage.ru_stime))
-}
-
-/// Writes every byte of `slices` (`Write::write_all_vectored` is not stable yet).
-fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice]) -> std::io::Result<()> {
-    while !slices.is_empty() {
-        match file.write_vectored(slices) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => IoSlice::advance_slices(&mut slices, n),
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 fn folded_text(folded: &Folded) -> Result<Vec<u8>> {

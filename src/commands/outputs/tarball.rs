@@ -5,7 +5,8 @@
 //! is known, so its tar header goes into a stored block that is rewritten in place at the end. Every other entry
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
-use super::deflate::{deflate_segment, stored_block, Checksum, Deflater, FINAL_BLOCK};
+use super::checksum::Checksum;
+use super::deflate::{deflate_segment, stored_block, Deflater, FINAL_BLOCK};
 use crate::new_file;
 use anyhow::{Context, Result};
 use flate2::Compression;
