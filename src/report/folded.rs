@@ -101,9 +101,10 @@ pub fn fold<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &Fo
 pub struct Folder {
     weight: Weight,
     namer: StackNamer,
-    /// Each distinct folded stack with its count, and where it is in that list.
-    counts: Vec<(Box<[u32]>, u64)>,
+    /// Each distinct folded stack's slot, and by slot its count and leaf.
     slots: FastMap<Box<[u32]>, u32>,
+    counts: Vec<u64>,
+    leaves: Vec<u32>,
     /// The slot of a shared stack under each thread name (root id) it was seen with; `None`: no folded line.
     by_stack: PerStack<Vec<(u32, Option<u32>)>>,
     stack: Vec<u32>,
@@ -118,8 +119,9 @@ impl Folder {
         Folder {
             weight: opts.weight,
             namer: StackNamer::new(),
-            counts: Vec::new(),
             slots: FastMap::default(),
+            counts: Vec::new(),
+            leaves: Vec::new(),
             by_stack: PerStack::new(STACK_FRAMES_KEPT),
             stack: Vec::with_capacity(64),
             filter: EventFilter::new(opts.event.as_deref()),
@@ -148,9 +150,8 @@ impl Folder {
             }
         };
         let Some(slot) = slot else { return };
-        let (stack, count) = &mut self.counts[slot as usize];
-        let leaf = *stack.last().expect("a stack with frames") as usize;
-        *count += match self.weight {
+        let leaf = self.leaves[slot as usize] as usize;
+        self.counts[slot as usize] += match self.weight {
             Weight::Period => sample.period,
             Weight::Samples => 1,
         };
@@ -170,9 +171,9 @@ impl Folder {
             return Some(slot);
         }
         let slot = self.counts.len() as u32;
-        let stack: Box<[u32]> = self.stack.as_slice().into();
-        self.slots.insert(stack.clone(), slot);
-        self.counts.push((stack, 0));
+        self.slots.insert(self.stack.as_slice().into(), slot);
+        self.counts.push(0);
+        self.leaves.push(*self.stack.last().expect("a stack with frames"));
         Some(slot)
     }
 
@@ -182,12 +183,13 @@ impl Folder {
     }
 
     pub fn finish(self) -> Folded {
-        let Folder { namer, counts, filter, folded_samples, input_samples, leaf_samples, .. } = self;
+        let Folder { namer, slots, counts, filter, folded_samples, input_samples, leaf_samples, .. } = self;
         let mut total = 0u64;
         let mut used = vec![false; namer.name_count()];
-        let mut stacks: Vec<(String, u64)> = counts
+        let mut stacks: Vec<(String, u64)> = slots
             .into_iter()
-            .map(|(ids, count)| {
+            .map(|(ids, slot)| {
+                let count = counts[slot as usize];
                 total += count;
                 let mut line = String::with_capacity(ids.len() * 24);
                 for (i, &id) in ids.iter().enumerate() {

@@ -40,8 +40,8 @@ impl Hasher for FastHasher {
 
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
-/// How much per-stack work a stage keeps, in frames (a few MB).
-pub(crate) const STACK_FRAMES_KEPT: usize = 1 << 18;
+/// How much per-stack work a stage keeps, in frames of the stacks it is kept for (at most several MB).
+pub(crate) const STACK_FRAMES_KEPT: usize = 1 << 17;
 
 /// Results worked out once per shared stack ([`crate::symbolize::Stack::id`]), within a budget: when full it
 /// starts over, so a profile of few distinct stacks stays cached whole and one of many costs no more than the
