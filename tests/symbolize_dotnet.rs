@@ -255,9 +255,16 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     remove_tmp_files(pid);
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
     let reader = PerfDataReader::open(&data).unwrap();
-    let summary = capture.finish(&reader).unwrap();
+    let mut live = Vec::new();
+    let summary = capture
+        .finish_with(&reader, |s| {
+            live.push(s);
+            Ok(())
+        })
+        .unwrap();
     assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
     assert_eq!((summary.perf_maps, summary.jitdumps), (1, 0));
+    assert_eq!(summary.stats.samples, live.len() as u64);
     eprintln!(
         "capture: {} files, {} bytes in {}, finish took {:?}",
         std::fs::read_dir(&summary.dir).unwrap().count(),
@@ -270,13 +277,13 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     assert!(offline.stats.warnings.is_empty(), "{:?}", offline.stats.warnings);
     assert_spin_profile(&offline, &format!("/tmp/perf-{pid}.map"));
     // Offline names equal the ones made while collecting, frame for frame.
-    let all = |out: &Symbolized| {
-        out.samples
+    let all = |samples: &[ResolvedSample]| {
+        samples
             .iter()
             .map(|s| s.frames.iter().map(|f| (f.display_name(), f.kind)).collect::<Vec<_>>())
             .collect::<Vec<_>>()
     };
-    assert_eq!(all(&offline), all(&summary.symbolized));
+    assert_eq!(all(&offline.samples), all(&live));
     // Native and kernel frames come from the saved tables too.
     let named_native = offline
         .samples

@@ -13,7 +13,8 @@ use super::address_space::{FileId, MapKind, Processes};
 use super::captured::{self, CapturedProcess};
 use super::jit_files::{self, OpenError};
 use super::proc_info::ProcessInfo;
-use super::symbolizer::{SymbolizeOptions, Symbolized, Symbolizer};
+use super::symbolizer::{SymbolizeOptions, SymbolizeStats, Symbolizer};
+use super::ResolvedSample;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::record::RecordObserver;
 use anyhow::{Context, Result};
@@ -73,9 +74,9 @@ struct Target {
     gone: bool,
 }
 
-/// What a capture saved, with the run's symbolization (the collect command needs it for its reports anyway).
+/// What a capture saved, with the counters of the naming pass that found which symbols the samples hit.
 pub struct CaptureSummary {
-    pub symbolized: Symbolized,
+    pub stats: SymbolizeStats,
     pub dir: PathBuf,
     pub perf_maps: usize,
     pub jitdumps: usize,
@@ -263,8 +264,18 @@ impl Capture {
         }
     }
 
-    /// Final copies, then the symbols the recording's samples hit. Returns the run's symbolization too.
-    pub fn finish(mut self, recording: &PerfDataReader) -> Result<CaptureSummary> {
+    /// Final copies, then the symbols the recording's samples hit.
+    pub fn finish(self, recording: &PerfDataReader) -> Result<CaptureSummary> {
+        self.finish_with(recording, |_| Ok(()))
+    }
+
+    /// [`finish`](Self::finish), handing each sample as this last live pass names it to `f` (samples are not
+    /// kept: memory does not grow with the recording).
+    pub fn finish_with(
+        mut self,
+        recording: &PerfDataReader,
+        f: impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<CaptureSummary> {
         let started = Instant::now();
         self.poll();
         let mut processes = BTreeMap::new();
@@ -282,14 +293,14 @@ impl Capture {
         let mut symbolizer = Symbolizer::new(&opts)?;
         symbolizer.set_preopened(std::mem::take(&mut self.opened));
         symbolizer.record_usage();
-        let symbolized = symbolizer.run_in_place(recording)?;
+        let stats = symbolizer.for_each_sample(recording, f)?;
         let usage = symbolizer.take_usage().unwrap_or_default();
         captured::write_usage(&self.dir, &usage)?;
         let bytes = dir_size(&self.dir);
         let mut warnings = self.warnings;
-        warnings.extend(symbolized.stats.warnings.iter().cloned());
+        warnings.extend(stats.warnings.iter().cloned());
         Ok(CaptureSummary {
-            symbolized,
+            stats,
             dir: self.dir,
             perf_maps,
             jitdumps,

@@ -244,10 +244,6 @@ impl Symbolizer {
     /// Names every sample of a recording. Records are replayed in time order (perf writes each CPU's buffer in
     /// turn, so file order is not time order).
     pub fn run(mut self, reader: &PerfDataReader) -> Result<Symbolized> {
-        self.run_in_place(reader)
-    }
-
-    pub(crate) fn run_in_place(&mut self, reader: &PerfDataReader) -> Result<Symbolized> {
         let mut samples = Vec::new();
         let stats = self.for_each_sample(reader, |s| {
             samples.push(s);
