@@ -76,19 +76,28 @@ pub struct Span {
 /// distinct frame, thread name and event is spelled.
 pub struct ScriptWriter {
     weight: Weight,
-    frame_ids: FastMap<FrameKey, u32>,
-    frames: Vec<FrameText>,
     comms: FastMap<(usize, usize), Box<str>>,
     events: FastMap<(usize, usize), (u32, Box<str>)>,
     keep: KeepAlive,
     stacks: PerStack<Arc<StackText>>,
     /// The text of the last unshared stack rendered.
     unshared: Option<Arc<StackText>>,
+    lines: LineWriter,
+}
+
+/// Renders frame lines ([`StackText`]s), remembering how each distinct frame is spelled and which ids its
+/// lines and rests have.
+#[derive(Default)]
+struct LineWriter {
+    frame_ids: FastMap<FrameKey, u32>,
+    frames: Vec<FrameText>,
+    keep: KeepAlive,
     /// Ids of lines by (frame, address, offset) and of rests by (line, the rest after it; 0: only the blank
     /// line).
     line_ids: FastMap<(u32, u64, u64), u64>,
     rest_ids: FastMap<(u64, u64), u64>,
-    next_piece_id: u64,
+    /// The last id handed out (0 is never one).
+    last_piece_id: u64,
 }
 
 /// A stack's lines in perf script text, and the blank line that ends a sample: the same for every sample of
@@ -144,16 +153,12 @@ impl ScriptWriter {
     pub fn new(opts: &ScriptOptions) -> Self {
         ScriptWriter {
             weight: opts.weight,
-            frame_ids: FastMap::default(),
-            frames: Vec::new(),
             comms: FastMap::default(),
             events: FastMap::default(),
             keep: KeepAlive::default(),
             stacks: PerStack::new(STACK_TEXT_KEPT),
             unshared: None,
-            line_ids: FastMap::default(),
-            rest_ids: FastMap::default(),
-            next_piece_id: 1,
+            lines: LineWriter::default(),
         }
     }
 
@@ -174,15 +179,17 @@ impl ScriptWriter {
     ) -> &Arc<StackText> {
         self.write_header(sample, out, spans);
         let id = sample.frames.id();
-        if self.stacks.get(id).is_none() {
-            let stack = Arc::new(self.stack_text(&sample.frames, id != 0));
-            if id == 0 {
-                return self.unshared.insert(stack);
-            }
-            let cost = stack.text.len() + stack.lines.len() * std::mem::size_of::<Line>();
-            self.stacks.insert(id, stack, cost);
+        if id == 0 {
+            let stack = Arc::new(self.lines.stack_text(&sample.frames, false));
+            return self.unshared.insert(stack);
         }
-        self.stacks.get(id).expect("inserted above")
+        let lines = &mut self.lines;
+        let make = || {
+            let stack = lines.stack_text(&sample.frames, true);
+            let cost = stack.text.len() + stack.lines.len() * std::mem::size_of::<Line>();
+            (Arc::new(stack), cost)
+        };
+        self.stacks.get_or_insert_with(id, make).expect("a shared stack has an id")
     }
 
     fn write_header(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) {
@@ -234,7 +241,9 @@ impl ScriptWriter {
         out.extend_from_slice(b":\n");
         cuts.cut(out, span_key(KEY_HEADER_END, &[*event_id as u64, sample.period]));
     }
+}
 
+impl LineWriter {
     /// The frame lines, leaf first, and the blank line that ends a sample. Rests get ids only in a shared stack
     /// (rendered once for many samples): for one rendered per sample, looking its rests up costs more than it
     /// saves.
@@ -292,10 +301,10 @@ impl ScriptWriter {
         }
         let mut rest = 0;
         for (line, key) in lines.iter_mut().zip(&line_keys).rev() {
-            let next = &mut self.next_piece_id;
+            let last = &mut self.last_piece_id;
             let mut new_id = || {
-                *next += 1;
-                *next - 1
+                *last += 1;
+                *last
             };
             line.line = *self.line_ids.entry(*key).or_insert_with(&mut new_id);
             if shared {

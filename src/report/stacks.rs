@@ -69,12 +69,32 @@ impl<V> PerStack<V> {
         if id == 0 {
             return;
         }
-        if self.used + cost > self.budget {
+        self.start_over_when_full();
+        self.used += cost;
+        self.map.insert(id, value);
+    }
+
+    /// The value for `id`, made by `make` (with its cost) on first sight, in one lookup; `None` for id 0.
+    pub(crate) fn get_or_insert_with(&mut self, id: u64, make: impl FnOnce() -> (V, usize)) -> Option<&V> {
+        if id == 0 {
+            return None;
+        }
+        self.start_over_when_full();
+        match self.map.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => Some(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                let (value, cost) = make();
+                self.used += cost;
+                Some(e.insert(value))
+            }
+        }
+    }
+
+    fn start_over_when_full(&mut self) {
+        if self.used >= self.budget {
             self.map.clear();
             self.used = 0;
         }
-        self.used += cost;
-        self.map.insert(id, value);
     }
 }
 

@@ -110,19 +110,23 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             let naming = naming_segment(dir)?;
             tracing::debug!("perf.data and naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
             Ok([perf_data, naming])
-        });
+        })?;
         // The perf_script.out of an earlier run is deleted as soon as this run has samples to show (not before: a
         // `-pid` that selects nothing keeps it), so that its deletion, the slowest file operation of a run (the
         // page cache of a 100 MB file), overlaps the run instead of following it. The name stays empty until the
         // new file is published; a run that fails after this point leaves no perf_script.out (the earlier run's
         // prof.tar.gz still holds it) and every other output as it was.
-        let discard_old_script = staging.discarder(report::PERF_SCRIPT_FILE);
+        let set_aside_old_script = staging.set_aside(report::PERF_SCRIPT_FILE);
         let writer = spawn_named(scope, "script-writer", move || {
             script_file::write(script_file, &script_path, chunks, to_compressor, || {
-                spawn_named(scope, "old-script-rm", discard_old_script);
+                if let Some(old) = set_aside_old_script() {
+                    // Without a thread to spare, it goes with the staging folder at the end.
+                    let _ = spawn_named(scope, "old-script-rm", move || std::fs::remove_file(old));
+                }
             })
-        });
-        let compressor = spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive));
+        })?;
+        let compressor =
+            spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive))?;
         let mut sink = SampleSink::new(
             Viewer::new(req.view.clone()),
             &ScriptOptions { weight },
@@ -219,8 +223,11 @@ fn spawn_named<'scope, T: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
     name: &str,
     f: impl FnOnce() -> T + Send + 'scope,
-) -> std::thread::ScopedJoinHandle<'scope, T> {
-    std::thread::Builder::new().name(name.into()).spawn_scoped(scope, f).expect("cannot start a thread")
+) -> Result<std::thread::ScopedJoinHandle<'scope, T>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn_scoped(scope, f)
+        .with_context(|| format!("cannot start the {name} thread (out of memory or over the process limit?)"))
 }
 
 /// The calling thread's CPU time so far, for the stage timings of `-vv`.
@@ -446,16 +453,14 @@ impl Staging {
         &self.path
     }
 
-    /// What moves an earlier run's `name` (a file or symlink, not a folder) out of the directory and deletes it,
-    /// ahead of [`publish`](Self::publish).
-    fn discarder(&self, name: &str) -> impl FnOnce() + Send + 'static {
+    /// What moves an earlier run's `name` (a file or symlink, not a folder) out of the directory into the staging
+    /// folder, ahead of [`publish`](Self::publish), and says where it went (to be deleted; whatever is left goes
+    /// with the staging folder). On a failure it stays, and publishing reports what is wrong.
+    fn set_aside(&self, name: &str) -> impl FnOnce() -> Option<PathBuf> + Send + 'static {
         let (target, aside) = (self.dir.join(name), self.path.join(format!(".old-{name}")));
         move || {
             let replaceable = std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir());
-            // On a failure here, publishing reports it (or the staging folder's removal finishes the job).
-            if replaceable && std::fs::rename(&target, &aside).is_ok() {
-                let _ = std::fs::remove_file(&aside);
-            }
+            (replaceable && std::fs::rename(&target, &aside).is_ok()).then_some(aside)
         }
     }
 
