@@ -25,20 +25,30 @@ fn frames_in<'a>(script: &'a str, module: &str) -> Vec<&'a str> {
         .collect()
 }
 
+/// Arguments of `profcpu collect` for a busy process it launches:
+/// `-duration DURATION -output OUT [OPTIONS…] -- busy BUSY_ARGS…`.
+fn busy_run(out: &Path, duration: &str, options: &[&str], busy_args: &[&str]) -> Vec<String> {
+    let mut args: Vec<String> = ["-duration", duration, "-output", out.to_str().unwrap()].map(String::from).into();
+    args.extend(options.iter().map(|o| o.to_string()));
+    args.extend(["--".into(), busy_binary().to_str().unwrap().to_string()]);
+    args.extend(busy_args.iter().map(|a| a.to_string()));
+    args
+}
+
+/// A recording cut short is still complete: it decodes, holds at least 50 samples, and perf names the busy loop.
+fn assert_complete(c: &Collected) -> Recording {
+    let rec = Recording::read(&c.perf_data());
+    let n = rec.samples().count();
+    assert!(n >= 50, "{n} samples");
+    assert!(perf_script(&c.perf_data()).contains("busy_main_loop"));
+    rec
+}
+
 #[test]
 fn perf_names_native_frames_and_counts_the_samples_profcpu_reported() {
     let _s = serial();
     let out = temp_dir("cli-perf");
-    let c = collect(&[
-        "-duration",
-        "20",
-        "-output",
-        out.to_str().unwrap(),
-        "--",
-        busy_binary().to_str().unwrap(),
-        "--seconds",
-        "1.5",
-    ]);
+    let c = collect(&busy_run(&out, "20", &[], &["--seconds", "1.5"]));
     let data = c.perf_data();
     let script = perf_script(&data);
     let busy_frames = frames_in(&script, busy_binary().canonicalize().unwrap().to_str().unwrap());
@@ -75,18 +85,7 @@ fn perf_names_native_frames_and_counts_the_samples_profcpu_reported() {
 fn perf_names_kernel_frames_of_a_workload_in_syscalls() {
     let _s = serial();
     let out = temp_dir("cli-kernel");
-    let c = collect(&[
-        "-duration",
-        "20",
-        "-output",
-        out.to_str().unwrap(),
-        "--",
-        busy_binary().to_str().unwrap(),
-        "--seconds",
-        "1.5",
-        "--work",
-        "syscalls",
-    ]);
+    let c = collect(&busy_run(&out, "20", &[], &["--seconds", "1.5", "--work", "syscalls"]));
     let script = perf_script(&c.perf_data());
     let kernel = frames_in(&script, "[kernel.kallsyms]");
     let named: Vec<&str> = kernel.iter().copied().filter(|f| !f.starts_with("[unknown]")).collect();
@@ -106,7 +105,7 @@ fn perf_names_kernel_frames_of_a_workload_in_syscalls() {
 
 /// Starts `profcpu collect ARGS` in the background and returns it once the busy target it launched (or was given)
 /// is known to be running.
-fn spawn_collect(args: &[&str]) -> std::process::Child {
+fn spawn_collect<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> std::process::Child {
     Command::new(PROFCPU).arg("collect").args(args).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
@@ -130,16 +129,7 @@ fn finish_background(mut child: std::process::Child, limit: Duration) -> Collect
 fn sigint_mid_run_stops_and_still_writes_a_valid_file() {
     let _s = serial();
     let out = temp_dir("cli-sigint");
-    let mut child = spawn_collect(&[
-        "-duration",
-        "60",
-        "-output",
-        out.to_str().unwrap(),
-        "--",
-        busy_binary().to_str().unwrap(),
-        "--seconds",
-        "60",
-    ]);
+    let mut child = spawn_collect(&busy_run(&out, "60", &[], &["--seconds", "60"]));
     // The launched command shares profcpu's stdout: its first line says it runs (and is being sampled).
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
@@ -161,10 +151,8 @@ fn sigint_mid_run_stops_and_still_writes_a_valid_file() {
     // profcpu launched it, so profcpu ends it.
     assert!(!process_alive(busy.pid), "the launched command {} still runs", busy.pid);
 
-    let rec = Recording::read(&c.perf_data());
-    let n = rec.samples().count() as u64;
-    assert!(n >= 50 && n == c.summary_samples(), "{n} samples, summary says {}", c.summary_samples());
-    assert!(perf_script(&c.perf_data()).contains("busy_main_loop"));
+    let n = assert_complete(&c).samples().count() as u64;
+    assert_eq!(n, c.summary_samples(), "{n} samples, summary says {}", c.summary_samples());
 }
 
 #[test]
@@ -180,9 +168,7 @@ fn sigterm_mid_run_of_a_pid_still_writes_a_valid_file() {
     assert!(c.stderr.contains("(stopped by SIGTERM)"), "{}", c.stderr);
     // A process profcpu did not start is left alone.
     assert!(process_alive(busy.info.pid));
-    let rec = Recording::read(&c.perf_data());
-    assert!(rec.samples().count() >= 50);
-    assert!(perf_script(&c.perf_data()).contains("busy_main_loop"));
+    assert_complete(&c);
 }
 
 #[test]
@@ -195,10 +181,8 @@ fn the_target_exiting_mid_run_ends_collection_with_a_valid_file() {
     let c = collect(&["-pid", &pid.to_string(), "-duration", "60", "-output", out.to_str().unwrap()]);
     assert!(t0.elapsed() < Duration::from_secs(10), "collect ran {:?} after its target exited", t0.elapsed());
     assert!(c.stderr.contains("(the target exited)"), "{}", c.stderr);
-    let rec = Recording::read(&c.perf_data());
-    assert!(rec.samples().count() >= 50);
+    let rec = assert_complete(&c);
     assert!(rec.records.iter().any(|r| matches!(r, profcpu::perf_data::Record::Exit(t) if t.pid == pid)));
-    assert!(perf_script(&c.perf_data()).contains("busy_main_loop"));
 }
 
 #[test]
@@ -214,16 +198,7 @@ fn the_live_line_shows_on_a_terminal_and_only_a_summary_otherwise() {
     assert!(text.contains("recording ") && text.contains(" samples ") && text.contains("/1.2 s"), "{text}");
     assert!(text.contains("profcpu: ") && text.contains(" samples ("), "{text}");
 
-    let c = collect(&[
-        "-duration",
-        "1",
-        "-output",
-        out.to_str().unwrap(),
-        "--",
-        busy_binary().to_str().unwrap(),
-        "--seconds",
-        "5",
-    ]);
+    let c = collect(&busy_run(&out, "1", &[], &["--seconds", "5"]));
     let lines: Vec<&str> = c.stderr.lines().collect();
     // Off a terminal: the start line, the summary line, then the hottest-frames table; no live progress lines.
     assert!(lines.len() >= 3, "off a terminal: start line, summary and top table expected:\n{}", c.stderr);
@@ -296,19 +271,7 @@ fn bad_input_gets_one_clear_line() {
 fn cycles_without_a_pmu_fall_back_to_cpu_clock_and_task_clock_is_honoured() {
     let _s = serial();
     let out = temp_dir("cli-events");
-    let busy = busy_binary().to_str().unwrap();
-    let c = collect(&[
-        "-event",
-        "cycles",
-        "-duration",
-        "1",
-        "-output",
-        out.to_str().unwrap(),
-        "--",
-        busy,
-        "--seconds",
-        "3",
-    ]);
+    let c = collect(&busy_run(&out, "1", &["-event", "cycles"], &["--seconds", "3"]));
     let rec = Recording::read(&c.perf_data());
     let attr = &rec.reader.events()[0].attr;
     if c.stderr.contains("the cycles event is not supported here") {
@@ -320,18 +283,7 @@ fn cycles_without_a_pmu_fall_back_to_cpu_clock_and_task_clock_is_honoured() {
     }
     assert!(rec.samples().count() >= 20);
 
-    let c = collect(&[
-        "-event",
-        "task-clock",
-        "-duration",
-        "1",
-        "-output",
-        out.to_str().unwrap(),
-        "--",
-        busy,
-        "--seconds",
-        "3",
-    ]);
+    let c = collect(&busy_run(&out, "1", &["-event", "task-clock"], &["--seconds", "3"]));
     let rec = Recording::read(&c.perf_data());
     assert_eq!(rec.reader.events()[0].attr.event_name(), "task-clock");
     assert!(rec.samples().count() >= 20);

@@ -8,15 +8,8 @@ use profcpu::perf_data::header::HOST_PID;
 use profcpu::perf_data::records::{PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, PERF_RECORD_MISC_COMM_EXEC};
 use profcpu::perf_data::records::{PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_USER};
 use profcpu::perf_data::*;
+use profcpu::record::SAMPLE_TYPE;
 use record_support::{perf, temp_dir};
-
-const SAMPLE_TYPE: u64 = (abi::PERF_SAMPLE_IDENTIFIER
-    | abi::PERF_SAMPLE_IP
-    | abi::PERF_SAMPLE_TID
-    | abi::PERF_SAMPLE_TIME
-    | abi::PERF_SAMPLE_CPU
-    | abi::PERF_SAMPLE_PERIOD
-    | abi::PERF_SAMPLE_CALLCHAIN) as u64;
 
 fn attr(config: u64) -> Attr {
     let mut a = abi::perf_event_attr {

@@ -14,7 +14,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 /// refuse the whole file.
 pub const ATTR_SIZE: u32 = abi::PERF_ATTR_SIZE_VER7;
 
-const SAMPLE_TYPE: u64 = (abi::PERF_SAMPLE_IDENTIFIER
+/// What each sample record holds (the perf.data sample layout profcpu writes).
+pub const SAMPLE_TYPE: u64 = (abi::PERF_SAMPLE_IDENTIFIER
     | abi::PERF_SAMPLE_IP
     | abi::PERF_SAMPLE_TID
     | abi::PERF_SAMPLE_TIME

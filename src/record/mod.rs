@@ -14,6 +14,7 @@ pub mod synthesize;
 pub mod target;
 
 pub use engine::{check_target, record};
+pub use events::SAMPLE_TYPE;
 pub use progress::status_line;
 
 use crate::perf_data::Record;

@@ -145,7 +145,7 @@ impl Collected {
 
 /// Runs `profcpu collect ARGS` to completion. Fails the test with profcpu's own explanation when it fails (for
 /// example when perf_event_open is refused).
-pub fn collect(args: &[&str]) -> Collected {
+pub fn collect<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Collected {
     let output = Command::new(PROFCPU).arg("collect").args(args).output().unwrap();
     finish_collect(output)
 }
