@@ -1,26 +1,33 @@
 #!/usr/bin/env bash
-# Compiles the example web API with Debian's mono `mcs` for the .NET Core 3.1
-# runtime (there is no .NET SDK on these machines).
+# Compiles the example web API with Debian's mono `mcs` for a .NET runtime (there is no .NET SDK on these machines).
+# The same IL runs on .NET 8 and .NET Core 3.1; only the runtimeconfig beside it differs.
 #
-# Usage: examples/webapi/build.sh
+# Usage: examples/webapi/build.sh [8|3.1]     (default: $PROFCPU_DOTNET_VERSION, else 8)
 # Stdout: exactly one line, the absolute path of the built App.dll.
-# Output: ${PROFCPU_CACHE:-$HOME/.cache/profcpu}/webapi/App.dll (+ runtimeconfig)
-# Rebuilds only when App.cs, App.runtimeconfig.json or this script changed.
+# Output: ${PROFCPU_CACHE:-$HOME/.cache/profcpu}/webapi/<tfm>/App.dll (+ App.runtimeconfig.json)
+# Rebuilds only when App.cs or this script changed.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # HOME can be unset under `env -i` or some CI runners; fall back to passwd.
 home=${HOME:-$(getent passwd "$(id -u)" | cut -d: -f6)}
-out_dir=${PROFCPU_CACHE:-$home/.cache/profcpu}/webapi
+die() { echo "webapi build: error: $*" >&2; exit 1; }
+
+version=${1:-${PROFCPU_DOTNET_VERSION:-8}}
+case "$version" in
+    8|8.0|8.0.4) tfm=net8.0; framework=8.0.0 ;;
+    3.1|3.1.23) tfm=netcoreapp3.1; framework=3.1.0 ;;
+    *) die "unknown .NET version '$version' (use 8 or 3.1)" ;;
+esac
+runtime_config="{\"runtimeOptions\":{\"tfm\":\"$tfm\",\"framework\":{\"name\":\"Microsoft.NETCore.App\",\"version\":\"$framework\"}}}"
+out_dir=${PROFCPU_CACHE:-$home/.cache/profcpu}/webapi/$tfm
 dll=$out_dir/App.dll
 config=$out_dir/App.runtimeconfig.json
-
-die() { echo "webapi build: error: $*" >&2; exit 1; }
 
 stamp=$out_dir/.source-hash
 # A content hash rather than mtimes: the cache is shared by every work tree of
 # the repository, and another tree's App.cs may differ yet look older.
-source_hash=$(cat "$here/App.cs" "$here/App.runtimeconfig.json" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
+source_hash=$(cat "$here/App.cs" "${BASH_SOURCE[0]}" | sha256sum | cut -d' ' -f1)
 
 up_to_date() {
     [[ -f "$dll" && -f "$config" && -f "$stamp" && "$(cat "$stamp")" == "$source_hash" ]]
@@ -49,7 +56,7 @@ if ! up_to_date; then
         -r:mscorlib.dll -r:System.dll \
         -out:"$tmp/App.dll" "$here/App.cs" >&2 \
         || die "mcs failed to compile $here/App.cs"
-    cp "$here/App.runtimeconfig.json" "$config.tmp.$$"
+    echo "$runtime_config" >"$config.tmp.$$"
     mv -f "$config.tmp.$$" "$config"
     mv -f "$tmp/App.dll" "$dll"
     echo "$source_hash" >"$stamp"

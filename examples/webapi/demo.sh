@@ -16,7 +16,7 @@ cd "$repo"
 
 echo "demo: installing system tools (skipped when present)" >&2
 bash scripts/setup-deps.sh
-echo "demo: fetching the .NET Core 3.1 runtime (cached)" >&2
+echo "demo: fetching the .NET 8 runtime (cached)" >&2
 bash scripts/dotnet-runtime.sh >/dev/null
 echo "demo: building profcpu" >&2
 cargo build --release --quiet

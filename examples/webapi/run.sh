@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Starts the example web API on the real .NET Core 3.1 runtime with perf maps
+# Starts the example web API on a real .NET runtime (8 by default, 3.1 as the legacy case) with perf maps
 # switched on, so that profilers can name its JIT-compiled methods.
 #
-# Usage: examples/webapi/run.sh [--port N] [--foreground]
+# Usage: examples/webapi/run.sh [--runtime 8|3.1] [--port N] [--foreground]
+#   --runtime V    the .NET version (default: $PROFCPU_DOTNET_VERSION, else 8)
 #   --port N       listen on 127.0.0.1:N (default: $PORT, else 5080)
 #   --foreground   exec the runtime in place of this script: the caller's PID
 #                  becomes the runtime's PID (for unshare/nsenter set-ups)
@@ -28,12 +29,15 @@ die() { echo "webapi run: error: $*" >&2; exit 1; }
 
 port=${PORT:-5080}
 foreground=0
+version=${PROFCPU_DOTNET_VERSION:-8}
 while (($#)); do
     case "$1" in
+        --runtime) [[ $# -ge 2 ]] || die "--runtime needs a value"; version=$2; shift 2 ;;
+        --runtime=*) version=${1#--runtime=}; shift ;;
         --port) [[ $# -ge 2 ]] || die "--port needs a value"; port=$2; shift 2 ;;
         --port=*) port=${1#--port=}; shift ;;
         --foreground) foreground=1; shift ;;
-        -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
 done
@@ -41,8 +45,8 @@ if ! [[ "$port" =~ ^[0-9]+$ ]] || ((port < 1 || port > 65535)); then
     die "bad port: $port"
 fi
 
-dotnet_dir=$("$repo/scripts/dotnet-runtime.sh") || die "no .NET runtime (scripts/dotnet-runtime.sh failed)"
-dll=$("$here/build.sh") || die "build failed"
+dotnet_dir=$(bash "$repo/scripts/dotnet-runtime.sh" "$version") || die "no .NET runtime (scripts/dotnet-runtime.sh failed)"
+dll=$(bash "$here/build.sh" "$version") || die "build failed"
 dotnet=$dotnet_dir/dotnet
 [[ -x "$dotnet" ]] || die "not executable: $dotnet"
 

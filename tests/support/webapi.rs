@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 pub const PROFCPU: &str = env!("CARGO_BIN_EXE_profcpu");
 
+/// The .NET version the API runs on (`scripts/dotnet-runtime.sh` and `examples/webapi/build.sh` take it).
+pub const DOTNET_VERSION: &str = "3.1";
+
 /// How long the API may take to answer `/health` (a cold runtime start on a busy 2-CPU machine takes a few seconds).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Extra time a collection may take beyond its duration (writing the outputs) before the test calls it hung.
@@ -47,6 +50,7 @@ pub fn prepared() -> &'static Prepared {
         let script_line = |script: &str| {
             let out = Command::new("bash")
                 .arg(repo().join(script))
+                .arg(DOTNET_VERSION)
                 .output()
                 .unwrap_or_else(|e| panic!("cannot run bash {script}: {e}"));
             assert!(
@@ -184,7 +188,13 @@ impl Api {
         prepared();
         let port = free_port();
         let mut cmd = Command::new("bash");
-        cmd.arg(repo().join("examples/webapi/run.sh")).args(["--foreground", "--port", &port.to_string()]);
+        cmd.arg(repo().join("examples/webapi/run.sh")).args([
+            "--runtime",
+            DOTNET_VERSION,
+            "--foreground",
+            "--port",
+            &port.to_string(),
+        ]);
         Api::spawn(cmd, port, work.join(format!("api-{port}.log")), false)
     }
 
