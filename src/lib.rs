@@ -10,5 +10,6 @@ pub mod commands;
 pub mod new_file;
 pub mod perf_data;
 pub mod record;
+pub mod repeats;
 pub mod report;
 pub mod symbolize;

@@ -3,7 +3,7 @@
 
 mod record_support;
 
-use profcpu::perf_data::records::{PERF_CONTEXT_MAX, PERF_RECORD_MISC_KERNEL};
+use profcpu::perf_data::abi::{CONTEXT_MAX, MISC_KERNEL};
 use profcpu::perf_data::Record;
 use record_support::*;
 use std::collections::HashSet;
@@ -23,7 +23,7 @@ fn monotonic_ns() -> u64 {
 
 /// The first user-space address of a sample's callchain (its IP when it was sampled in user mode).
 fn user_leaf(s: &profcpu::perf_data::Sample) -> Option<u64> {
-    s.callchain.iter().copied().skip_while(|&a| a >= PERF_CONTEXT_MAX).find(|&a| a < PERF_CONTEXT_MAX)
+    s.callchain.iter().copied().skip_while(|&a| a >= CONTEXT_MAX).find(|&a| a < CONTEXT_MAX)
 }
 
 fn in_callchain(s: &profcpu::perf_data::Sample, range: &Range<u64>) -> bool {
@@ -99,9 +99,10 @@ fn a_busy_process_is_sampled_in_its_known_function_and_only_its_threads() {
         "no MMAP2 of {} covering busy_main_loop",
         binary_path.display()
     );
-    assert!(rec.records.iter().any(
-        |r| matches!(r, Record::Mmap(m) if m.misc & 7 == PERF_RECORD_MISC_KERNEL && m.filename == "[kernel.kallsyms]_text")
-    ));
+    assert!(rec
+        .records
+        .iter()
+        .any(|r| matches!(r, Record::Mmap(m) if m.misc & 7 == MISC_KERNEL && m.filename == "[kernel.kallsyms]_text")));
     assert!(rec.records.iter().any(|r| matches!(r, Record::Mmap(m) if m.pid == pid && m.filename == "[vdso]")));
     assert!(rec.records.iter().any(|r| matches!(r, Record::FinishedRound)));
 
@@ -210,7 +211,7 @@ fn a_one_page_ring_wraps_constantly_and_every_loss_is_counted() {
         c.stderr
     );
     // Every sample decodes with a callchain that starts with a context marker: nothing was cut at the wrap.
-    assert!(rec.samples().all(|s| s.callchain.first().is_some_and(|&m| m >= PERF_CONTEXT_MAX)));
+    assert!(rec.samples().all(|s| s.callchain.first().is_some_and(|&m| m >= CONTEXT_MAX)));
 }
 
 #[test]

@@ -4,9 +4,8 @@
 mod record_support;
 
 use perf_event_open_sys::bindings as abi;
+use profcpu::perf_data::abi::{CONTEXT_KERNEL, CONTEXT_USER, MISC_COMM_EXEC, MISC_KERNEL, MISC_USER};
 use profcpu::perf_data::header::HOST_PID;
-use profcpu::perf_data::records::{PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, PERF_RECORD_MISC_COMM_EXEC};
-use profcpu::perf_data::records::{PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_USER};
 use profcpu::perf_data::*;
 use profcpu::record::SAMPLE_TYPE;
 use record_support::{perf, temp_dir};
@@ -36,7 +35,7 @@ fn sid(pid: u32, tid: u32, time: u64, id: u64) -> SampleId {
 
 fn sample(id: u64, time: u64, callchain: Vec<u64>) -> Record {
     Record::Sample(Sample {
-        misc: PERF_RECORD_MISC_USER,
+        misc: MISC_USER,
         id: Some(id),
         ip: 0x401234,
         pid: 42,
@@ -51,7 +50,7 @@ fn sample(id: u64, time: u64, callchain: Vec<u64>) -> Record {
 fn records() -> Vec<Record> {
     vec![
         Record::Mmap(Mmap {
-            misc: PERF_RECORD_MISC_KERNEL,
+            misc: MISC_KERNEL,
             pid: u32::MAX,
             tid: 0,
             addr: 0xffffffff81000000,
@@ -67,7 +66,7 @@ fn records() -> Vec<Record> {
         // Names of every length: the padding to 8 bytes must round-trip.
         Record::Comm(Comm { misc: 0, pid: 42, tid: 43, comm: "worker-1234567".into(), sample_id: sid(42, 43, 0, 0) }),
         Record::Mmap(Mmap {
-            misc: PERF_RECORD_MISC_USER,
+            misc: MISC_USER,
             pid: 42,
             tid: 42,
             addr: 0x400000,
@@ -84,7 +83,7 @@ fn records() -> Vec<Record> {
             sample_id: sid(42, 42, 0, 0),
         }),
         Record::Mmap(Mmap {
-            misc: PERF_RECORD_MISC_USER,
+            misc: MISC_USER,
             pid: 42,
             tid: 42,
             addr: 0x7f0000000000,
@@ -96,11 +95,11 @@ fn records() -> Vec<Record> {
             sample_id: sid(42, 42, 5, 11),
             ..Default::default()
         }),
-        sample(11, 1_000, vec![PERF_CONTEXT_USER, 0x401234, 0x400100]),
-        sample(22, 2_000, vec![PERF_CONTEXT_KERNEL, 0xffffffff81001000, PERF_CONTEXT_USER, 0x401234]),
+        sample(11, 1_000, vec![CONTEXT_USER, 0x401234, 0x400100]),
+        sample(22, 2_000, vec![CONTEXT_KERNEL, 0xffffffff81001000, CONTEXT_USER, 0x401234]),
         sample(11, 3_000, vec![]),
         Record::Comm(Comm {
-            misc: PERF_RECORD_MISC_COMM_EXEC,
+            misc: MISC_COMM_EXEC,
             pid: 42,
             tid: 42,
             comm: "exec'd".into(),

@@ -97,7 +97,7 @@ fn unprivileged_own_command_falls_back_to_user_space_with_a_notice() {
             c.stderr
         );
         assert!(attr.excludes_kernel_callchain());
-        let kernel_addresses = 0xffff_8000_0000_0000..profcpu::perf_data::records::PERF_CONTEXT_MAX;
+        let kernel_addresses = 0xffff_8000_0000_0000..profcpu::perf_data::abi::CONTEXT_MAX;
         assert!(rec.samples().all(|s| !s.callchain.iter().any(|a| kernel_addresses.contains(a))), "kernel frames");
     } else {
         assert!(!c.stderr.contains("kernel frames hidden"), "{}", c.stderr);

@@ -6,7 +6,7 @@
 
 use profcpu::report::flamegraph::{frame_color, write_svg, FlameOptions};
 use profcpu::report::folded::{fold, FoldOptions};
-use profcpu::report::meta::Metadata;
+use profcpu::report::metadata_txt::Metadata;
 use profcpu::report::Weight;
 use profcpu::symbolize::{FrameKind, ResolvedSample};
 use std::path::{Path, PathBuf};

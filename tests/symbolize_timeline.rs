@@ -3,12 +3,8 @@
 //! time (remap, fork, exec, threads), records out of file order, context markers, return addresses, JIT code named
 //! by time from a jitdump, perf maps only on anonymous memory, unnamed frames keeping their module.
 
-use profcpu::perf_data::attr::{
-    PERF_SAMPLE_CALLCHAIN, PERF_SAMPLE_CPU, PERF_SAMPLE_IP, PERF_SAMPLE_PERIOD, PERF_SAMPLE_TID, PERF_SAMPLE_TIME,
-};
-use profcpu::perf_data::records::{
-    PERF_CONTEXT_KERNEL, PERF_CONTEXT_USER, PERF_RECORD_MISC_COMM_EXEC, PERF_RECORD_MISC_USER,
-};
+use profcpu::perf_data::abi::{CONTEXT_KERNEL, CONTEXT_USER, MISC_COMM_EXEC, MISC_USER};
+use profcpu::perf_data::abi::{SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_TID, SAMPLE_TIME};
 use profcpu::perf_data::{
     Attr, Comm, EventDesc, Features, Mmap, PerfDataReader, PerfDataWriter, Record, Sample, SampleId, Task,
 };
@@ -34,14 +30,9 @@ impl Drop for Scratch {
 
 fn cpu_clock_attr() -> Attr {
     let mut b = vec![0u8; 128];
-    b[0..4].copy_from_slice(&1u32.to_ne_bytes()); // PERF_TYPE_SOFTWARE
+    b[0..4].copy_from_slice(&1u32.to_ne_bytes()); // TYPE_SOFTWARE
     b[4..8].copy_from_slice(&128u32.to_ne_bytes());
-    let sample_type = PERF_SAMPLE_IP
-        | PERF_SAMPLE_TID
-        | PERF_SAMPLE_TIME
-        | PERF_SAMPLE_CALLCHAIN
-        | PERF_SAMPLE_CPU
-        | PERF_SAMPLE_PERIOD;
+    let sample_type = SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CALLCHAIN | SAMPLE_CPU | SAMPLE_PERIOD;
     b[16..24].copy_from_slice(&999u64.to_ne_bytes());
     b[24..32].copy_from_slice(&sample_type.to_ne_bytes());
     let flags: u64 = (1 << 10) | (1 << 18); // freq, sample_id_all
@@ -55,7 +46,7 @@ fn at(time: u64, pid: u32, tid: u32) -> SampleId {
 
 fn mmap(time: u64, pid: u32, addr: u64, len: u64, pgoff: u64, ino: u64, name: &str) -> Record {
     Record::Mmap(Mmap {
-        misc: PERF_RECORD_MISC_USER,
+        misc: MISC_USER,
         pid,
         tid: pid,
         addr,
@@ -73,7 +64,7 @@ fn mmap(time: u64, pid: u32, addr: u64, len: u64, pgoff: u64, ino: u64, name: &s
 }
 
 fn comm(time: u64, pid: u32, tid: u32, name: &str, exec: bool) -> Record {
-    let misc = if exec { PERF_RECORD_MISC_COMM_EXEC } else { 0 };
+    let misc = if exec { MISC_COMM_EXEC } else { 0 };
     Record::Comm(Comm { misc, pid, tid, comm: name.into(), sample_id: at(time, pid, tid) })
 }
 
@@ -82,9 +73,9 @@ fn fork(time: u64, pid: u32, ppid: u32, tid: u32, ptid: u32) -> Record {
 }
 
 fn sample(time: u64, pid: u32, tid: u32, chain: &[u64]) -> Record {
-    let ip = chain.iter().copied().find(|&a| a < PERF_CONTEXT_USER.min(PERF_CONTEXT_KERNEL)).unwrap_or(0);
+    let ip = chain.iter().copied().find(|&a| a < CONTEXT_USER.min(CONTEXT_KERNEL)).unwrap_or(0);
     Record::Sample(Sample {
-        misc: PERF_RECORD_MISC_USER,
+        misc: MISC_USER,
         id: None,
         ip,
         pid,
@@ -122,8 +113,8 @@ fn jitdump(pid: u32, loads: &[(u64, u64, u64, &str)]) -> Vec<u8> {
     b
 }
 
-const K: u64 = PERF_CONTEXT_KERNEL;
-const U: u64 = PERF_CONTEXT_USER;
+const K: u64 = CONTEXT_KERNEL;
+const U: u64 = CONTEXT_USER;
 
 fn write_perf_data(path: &Path, records: &[Record]) {
     let events = vec![EventDesc { attr: cpu_clock_attr(), name: "cpu-clock".into(), ids: vec![] }];

@@ -1,11 +1,11 @@
 //! `profcpu collect`: record the target into a fresh `<output>/HH-MM-SS_YYYY-MM-DD/perf.data`, then hand the
 //! finished recording to the later stages.
 
-use super::outputs::{self, MetadataSource, OutputRequest};
+use super::pipeline::{self, MetadataSource, OutputRequest};
 use crate::cli::CollectArgs;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::record::{self, EndReason, EventKind, RecordObserver, RecordOptions, RecordSummary, Target};
-use crate::report::meta::Metadata;
+use crate::report::metadata_txt::Metadata;
 use crate::report::view::View;
 use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
@@ -83,7 +83,7 @@ fn after_recording(
     capture: Option<Capture>,
     target: Option<&ProcessInfo>,
 ) -> Result<()> {
-    let perf_data = run_dir.join(outputs::PERF_DATA_FILE);
+    let perf_data = run_dir.join(pipeline::PERF_DATA_FILE);
     if let Some(capture) = capture {
         let reader = PerfDataReader::open(&perf_data)?;
         let saved = capture.finish(&reader)?;
@@ -96,7 +96,7 @@ fn after_recording(
             saved.finish_time.as_secs_f64() * 1e3
         );
     }
-    let result = outputs::generate(OutputRequest {
+    let result = pipeline::generate(OutputRequest {
         dir: run_dir,
         symbolize: SymbolizeOptions {
             captured_dir: Some(run_dir.join(SYMBOLS_DIR)),
@@ -108,7 +108,7 @@ fn after_recording(
         title: None,
         metadata: MetadataSource::Given(Box::new(metadata_of(summary, target))),
     })?;
-    outputs::print_summary(&result);
+    pipeline::print_summary(&result);
     Ok(())
 }
 

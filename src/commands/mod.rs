@@ -1,7 +1,7 @@
 //! One function per subcommand, wiring the stages together: record → perf_data → symbolize → report → archive.
 
 pub mod collect;
-pub mod outputs;
+pub mod pipeline;
 pub mod postprocess;
 
 use crate::cli::{Cli, Command};

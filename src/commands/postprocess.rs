@@ -5,10 +5,10 @@
 //! files beside it, then the live system like perf does), or a `prof.tar.gz` (extracted safely into a new folder
 //! beside it first).
 
-use super::outputs::{self, MetadataSource, OutputRequest, PERF_DATA_FILE};
+use super::pipeline::{self, MetadataSource, OutputRequest, PERF_DATA_FILE};
 use crate::archive;
 use crate::cli::PostprocessArgs;
-use crate::report::meta::Metadata;
+use crate::report::metadata_txt::Metadata;
 use crate::report::view::View;
 use crate::report::{self};
 use crate::symbolize::SymbolizeOptions;
@@ -59,7 +59,7 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
         _ => MetadataSource::FromRecording,
     };
     let view = View { pid: args.pid, tid: args.tid, no_kernel: args.no_kernel, strip_tiers: args.strip_tiers };
-    let summary = outputs::generate(OutputRequest {
+    let summary = pipeline::generate(OutputRequest {
         dir: &dir,
         symbolize,
         view,
@@ -67,7 +67,7 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
         title: args.title,
         metadata,
     })?;
-    outputs::print_summary(&summary);
+    pipeline::print_summary(&summary);
     // The path is for scripts (`dir=$(profcpu postprocess …)`); a reader that went away is not an error.
     let _ = std::io::Write::write_all(&mut std::io::stdout(), format!("{}\n", dir.display()).as_bytes());
     Ok(())

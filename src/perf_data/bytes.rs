@@ -1,15 +1,16 @@
-//! Little helpers to read and write the native-endian structs of the perf ABI without `unsafe`.
+//! Reading and writing the native-endian structs of the perf ABI without `unsafe`: [`ByteReader`] walks a byte
+//! slice (every read bounds-checked, an error instead of a panic), [`Encoder`] appends to a buffer.
 
 use anyhow::{bail, Result};
 
-pub struct Cursor<'a> {
+pub struct ByteReader<'a> {
     bytes: &'a [u8],
     pos: usize,
 }
 
-impl<'a> Cursor<'a> {
+impl<'a> ByteReader<'a> {
     pub fn new(bytes: &'a [u8]) -> Self {
-        Cursor { bytes, pos: 0 }
+        ByteReader { bytes, pos: 0 }
     }
 
     pub fn position(&self) -> usize {

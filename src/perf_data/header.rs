@@ -7,7 +7,7 @@
 //! so that a copy cut short still says how to decode the records it has.
 
 use super::attr::Attr;
-use super::bytes::{Cursor, Encoder};
+use super::bytes::{ByteReader, Encoder};
 use anyhow::{bail, Context, Result};
 
 pub const MAGIC: &[u8; 8] = b"PERFILE2";
@@ -71,7 +71,7 @@ fn put_string(e: &mut Encoder, s: &str) {
     e.cstr_aligned(s, NAME_ALIGN);
 }
 
-fn get_string(c: &mut Cursor) -> Result<String> {
+fn get_string(c: &mut ByteReader) -> Result<String> {
     let len = c.u32()? as usize;
     let raw = c.bytes(len)?;
     let n = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
@@ -146,7 +146,7 @@ impl Features {
 
     /// Decodes one feature body into `self`; features profcpu does not use are ignored.
     pub fn decode(&mut self, bit: u32, body: &[u8]) -> Result<()> {
-        let mut c = Cursor::new(body);
+        let mut c = ByteReader::new(body);
         match bit {
             HEADER_BUILD_ID => {
                 while c.remaining() >= 8 {
@@ -170,7 +170,7 @@ impl Features {
                         build_id: raw[..n].to_vec(),
                         filename: String::from_utf8_lossy(&name_bytes[..end]).into_owned(),
                     });
-                    c = Cursor::new(body);
+                    c = ByteReader::new(body);
                     c.skip(start + size)?;
                 }
             }
@@ -228,7 +228,7 @@ impl FileHeader {
             }
             bail!("not a perf.data file (no PERFILE2 magic)");
         }
-        let mut c = Cursor::new(bytes);
+        let mut c = ByteReader::new(bytes);
         c.skip(8)?;
         let size = c.u64().context("perf.data header is truncated")?;
         if size == 16 {

@@ -1,15 +1,18 @@
 //! perf.data, the file format of Linux `perf`: profcpu writes it while recording and reads it (its own or one
 //! written by `perf record`) to build every report.
 
+pub mod abi;
 pub mod attr;
 mod bytes;
 pub mod header;
 pub mod reader;
 pub mod records;
+pub mod sample;
 pub mod writer;
 
-pub use attr::{Attr, SampleFormat};
+pub use attr::Attr;
 pub use header::{BuildIdEntry, EventDesc, Features};
 pub use reader::{Brief, PerfDataReader, ReadStats};
-pub use records::{Comm, Lost, Mmap, Record, Sample, SampleId, Task};
+pub use records::{Comm, Lost, Mmap, Record, Task};
+pub use sample::{Sample, SampleFormat, SampleId};
 pub use writer::PerfDataWriter;

@@ -1,9 +1,11 @@
 //! perf.data reader for files written by profcpu or by `perf record`.
 
-use super::attr::{Attr, SampleFormat, PERF_SAMPLE_IDENTIFIER};
-use super::bytes::Cursor;
+use super::abi::{RECORD_SAMPLE, SAMPLE_IDENTIFIER};
+use super::attr::Attr;
+use super::bytes::ByteReader;
 use super::header::{EventDesc, Features, FileHeader, FILE_HEADER_SIZE};
-use super::records::{Record, HEADER_SIZE, PERF_RECORD_SAMPLE};
+use super::records::{Record, HEADER_SIZE};
+use super::sample::SampleFormat;
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -89,7 +91,7 @@ impl PerfDataReader {
             let mut ids_missing = false;
             for chunk in attrs.chunks_exact(header.attr_size as usize) {
                 let attr_len = header.attr_size as usize - 16;
-                let mut c = Cursor::new(&chunk[attr_len..]);
+                let mut c = ByteReader::new(&chunk[attr_len..]);
                 let (off, size) = (c.u64()?, c.u64()?);
                 let ids = match slice(&bytes, off, size) {
                     Some(raw) => raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect(),
@@ -126,7 +128,7 @@ impl PerfDataReader {
                 continue;
             };
             index_pos += 16;
-            let mut c = Cursor::new(entry);
+            let mut c = ByteReader::new(entry);
             let (off, size) = (c.u64()?, c.u64()?);
             match slice(&bytes, off, size) {
                 Some(body) => {
@@ -212,7 +214,7 @@ impl PerfDataReader {
 
     fn format_for_sample(&self, body: &[u8]) -> SampleFormat {
         let first = self.events[0].attr.sample_format();
-        if self.events.len() > 1 && first.sample_type & PERF_SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
+        if self.events.len() > 1 && first.sample_type & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
             let id = u64::from_ne_bytes(body[..8].try_into().unwrap());
             return self.event_of(Some(id)).attr.sample_format();
         }
@@ -257,9 +259,8 @@ impl PerfDataReader {
                 break;
             }
             let rec = &data[pos..pos + size];
-            let format =
-                if kind == PERF_RECORD_SAMPLE { self.format_for_sample(&rec[HEADER_SIZE..]) } else { base_format };
-            let decoded = if brief && kind == PERF_RECORD_SAMPLE {
+            let format = if kind == RECORD_SAMPLE { self.format_for_sample(&rec[HEADER_SIZE..]) } else { base_format };
+            let decoded = if brief && kind == RECORD_SAMPLE {
                 format.sample_time(&rec[HEADER_SIZE..]).map(|time| Brief::Sample { time })
             } else {
                 Record::decode(rec, &format).ok().map(Brief::Record)
@@ -291,7 +292,7 @@ impl PerfDataReader {
             bail!("no whole record at offset {offset} of the data section");
         }
         let rec = &data[start..start + size];
-        let format = if kind == PERF_RECORD_SAMPLE {
+        let format = if kind == RECORD_SAMPLE {
             self.format_for_sample(&rec[HEADER_SIZE..])
         } else {
             self.events[0].attr.sample_format()

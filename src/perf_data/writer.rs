@@ -1,9 +1,10 @@
 //! Streaming perf.data writer: records go to disk as they arrive, the header is filled in by `finish`.
 
-use super::attr::SampleFormat;
+use super::abi::RECORD_FINISHED_ROUND;
 use super::bytes::Encoder;
 use super::header::{EventDesc, Features, FileHeader, Section, FILE_HEADER_SIZE};
-use super::records::{Record, PERF_RECORD_FINISHED_ROUND};
+use super::records::Record;
+use super::sample::SampleFormat;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -63,7 +64,7 @@ impl PerfDataWriter {
     /// Marks that every record before this point may be sorted by time before any after it (perf's ordering rule).
     pub fn finished_round(&mut self) -> Result<()> {
         let mut e = Encoder::new();
-        e.u32(PERF_RECORD_FINISHED_ROUND);
+        e.u32(RECORD_FINISHED_ROUND);
         e.u16(0);
         e.u16(8);
         self.write_raw(&e.into_inner())

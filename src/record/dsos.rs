@@ -1,8 +1,8 @@
 //! Which mapped files the samples fell into, so perf.data gets build-ids for exactly those (as `perf record` marks
 //! DSOs "hit"). Follows each process's executable mappings from MMAP2/FORK/COMM-exec/EXIT records.
 
-use crate::perf_data::records::{PERF_CONTEXT_MAX, PERF_CONTEXT_USER, PERF_RECORD_MISC_CPUMODE_MASK};
-use crate::perf_data::records::{PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_USER};
+use crate::perf_data::abi::{CONTEXT_MAX, CONTEXT_USER, MISC_CPUMODE_MASK};
+use crate::perf_data::abi::{MISC_KERNEL, MISC_USER};
 use crate::perf_data::{Record, Sample};
 use std::collections::{BTreeMap, HashMap};
 
@@ -33,7 +33,7 @@ pub struct DsoTracker {
 impl DsoTracker {
     pub fn on_record(&mut self, record: &Record) {
         match record {
-            Record::Mmap(m) if m.misc & PERF_RECORD_MISC_CPUMODE_MASK == PERF_RECORD_MISC_USER => {
+            Record::Mmap(m) if m.misc & MISC_CPUMODE_MASK == MISC_USER => {
                 // Only real files have build-ids; //anon, [vdso], memfd: and the like do not.
                 if !m.filename.starts_with('/') || m.len == 0 {
                     return;
@@ -75,16 +75,16 @@ impl DsoTracker {
 
     /// Marks the files holding the sample's user-space addresses (the IP and every user frame of the callchain).
     pub fn on_sample(&mut self, sample: &Sample) {
-        let mut in_user = sample.misc & PERF_RECORD_MISC_CPUMODE_MASK == PERF_RECORD_MISC_USER;
-        if sample.misc & PERF_RECORD_MISC_CPUMODE_MASK == PERF_RECORD_MISC_KERNEL {
+        let mut in_user = sample.misc & MISC_CPUMODE_MASK == MISC_USER;
+        if sample.misc & MISC_CPUMODE_MASK == MISC_KERNEL {
             self.kernel_hit = true;
         }
         if sample.callchain.is_empty() && in_user {
             self.mark(sample.pid, sample.ip);
         }
         for &addr in &sample.callchain {
-            if addr >= PERF_CONTEXT_MAX {
-                in_user = addr == PERF_CONTEXT_USER;
+            if addr >= CONTEXT_MAX {
+                in_user = addr == CONTEXT_USER;
                 continue;
             }
             if in_user {
@@ -121,19 +121,11 @@ impl DsoTracker {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::perf_data::records::PERF_CONTEXT_KERNEL;
+    use crate::perf_data::abi::CONTEXT_KERNEL;
     use crate::perf_data::{Comm, Mmap, SampleId, Task};
 
     fn mmap(pid: u32, addr: u64, len: u64, path: &str) -> Record {
-        Record::Mmap(Mmap {
-            misc: PERF_RECORD_MISC_USER,
-            pid,
-            tid: pid,
-            addr,
-            len,
-            filename: path.into(),
-            ..Default::default()
-        })
+        Record::Mmap(Mmap { misc: MISC_USER, pid, tid: pid, addr, len, filename: path.into(), ..Default::default() })
     }
 
     fn sample(pid: u32, misc: u16, callchain: Vec<u64>) -> Sample {
@@ -157,11 +149,7 @@ mod tests {
         t.on_record(&mmap(10, 0x5000, 0x1000, "/lib/libc.so"));
         t.on_record(&mmap(10, 0x9000, 0x1000, "/lib/unused.so"));
         t.on_record(&mmap(10, 0xa000, 0x1000, "//anon"));
-        t.on_sample(&sample(
-            10,
-            PERF_RECORD_MISC_KERNEL,
-            vec![PERF_CONTEXT_KERNEL, 0x9010, PERF_CONTEXT_USER, 0x5010, 0x1010],
-        ));
+        t.on_sample(&sample(10, MISC_KERNEL, vec![CONTEXT_KERNEL, 0x9010, CONTEXT_USER, 0x5010, 0x1010]));
         let hit: Vec<String> = t.hit().into_iter().map(|h| h.path).collect();
         assert_eq!(hit, ["/bin/app", "/lib/libc.so"]);
         assert!(t.kernel_hit());
@@ -179,7 +167,7 @@ mod tests {
             time: 0,
             sample_id: SampleId::default(),
         }));
-        t.on_sample(&sample(11, PERF_RECORD_MISC_USER, vec![PERF_CONTEXT_USER, 0x1800]));
+        t.on_sample(&sample(11, MISC_USER, vec![CONTEXT_USER, 0x1800]));
         assert_eq!(t.hit()[0].path, "/bin/parent");
 
         let mut t2 = DsoTracker::default();
@@ -192,7 +180,7 @@ mod tests {
             sample_id: SampleId::default(),
         }));
         t2.on_record(&mmap(10, 0x1000, 0x800, "/bin/new"));
-        t2.on_sample(&sample(10, PERF_RECORD_MISC_USER, vec![PERF_CONTEXT_USER, 0x1100, 0x1900]));
+        t2.on_sample(&sample(10, MISC_USER, vec![CONTEXT_USER, 0x1100, 0x1900]));
         let hit: Vec<String> = t2.hit().into_iter().map(|h| h.path).collect();
         assert_eq!(hit, ["/bin/new"]);
     }

@@ -8,9 +8,9 @@ use super::progress::Progress;
 use super::ring::{self, RingBuffer};
 use super::stop::StopSignals;
 use super::target::{self, ExitWatch, LaunchedCommand};
-use super::{metadata, synthesize};
+use super::{header_features, synthesize};
 use super::{EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
-use crate::perf_data::records::{PERF_RECORD_FORK, PERF_RECORD_SAMPLE};
+use crate::perf_data::abi::{RECORD_FORK, RECORD_SAMPLE};
 use crate::perf_data::{Attr, EventDesc, PerfDataWriter, Record, SampleFormat};
 use anyhow::{bail, Context, Result};
 use perf_event_open_sys::bindings::perf_event_attr;
@@ -495,7 +495,7 @@ impl Session<'_> {
         if !self.rescanned.is_empty() || self.forked.is_some() {
             for bytes in &scratch {
                 for record in ring::records(bytes) {
-                    if u32::from_ne_bytes(record[..4].try_into().expect("8-byte header")) == PERF_RECORD_FORK {
+                    if u32::from_ne_bytes(record[..4].try_into().expect("8-byte header")) == RECORD_FORK {
                         if let Ok(Record::Fork(t)) = Record::decode(record, &self.format) {
                             self.on_fork(t.tid);
                         }
@@ -523,8 +523,8 @@ impl Session<'_> {
 
     fn consume(&mut self, bytes: &[u8], cpu: u32) -> Result<()> {
         let kind = u32::from_ne_bytes(bytes[..4].try_into().expect("records are at least 8 bytes"));
-        if kind == PERF_RECORD_SAMPLE {
-            // PERF_SAMPLE_IDENTIFIER puts the id first in every sample.
+        if kind == RECORD_SAMPLE {
+            // SAMPLE_IDENTIFIER puts the id first in every sample.
             let id = bytes.get(8..16).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
             if id.is_some_and(|id| self.dropped_ids.contains(&id)) {
                 return Ok(());
@@ -608,7 +608,7 @@ impl Session<'_> {
         // The rings and events go before the (possibly slow) build-id reading.
         self.buffers.clear();
         self.others.clear();
-        let features = metadata::features(&self.dsos.hit(), self.spec.kernel && self.dsos.kernel_hit());
+        let features = header_features::features(&self.dsos.hit(), self.spec.kernel && self.dsos.kernel_hit());
         let writer = self.writer.take().expect("writer exists once events are open");
         writer.finish(&features)?;
         let bytes_written = std::fs::metadata(&opts.perf_data).map(|m| m.len()).unwrap_or(0);

@@ -6,7 +6,7 @@ mod dsos;
 mod engine;
 mod events;
 mod explain;
-mod metadata;
+mod header_features;
 mod progress;
 pub mod ring;
 mod stop;

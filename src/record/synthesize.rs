@@ -4,7 +4,7 @@
 //!
 //! Synthesized records carry time 0 and id 0 in their `sample_id`, as perf's do: they sort before every kernel record.
 
-use crate::perf_data::records::{PERF_RECORD_MISC_KERNEL, PERF_RECORD_MISC_USER};
+use crate::perf_data::abi::{MISC_KERNEL, MISC_USER};
 use crate::perf_data::{Comm, Mmap, Record, SampleId, Task};
 use std::io;
 
@@ -69,7 +69,7 @@ fn mmap2_of(pid: u32, e: &MapsEntry) -> Record {
     let flags = if e.perms.as_bytes().get(3) == Some(&b's') { libc::MAP_SHARED } else { libc::MAP_PRIVATE } as u32;
     let filename = if e.path.is_empty() { "//anon".to_string() } else { e.path.clone() };
     Record::Mmap(Mmap {
-        misc: PERF_RECORD_MISC_USER,
+        misc: MISC_USER,
         pid,
         tid: pid,
         addr: e.start,
@@ -166,7 +166,7 @@ fn kernel_text_from_kallsyms(mut kallsyms: impl std::io::BufRead) -> Option<Reco
     let start = text.filter(|&a| a != 0)?;
     let end = etext.filter(|&e| e > start).unwrap_or(u64::MAX);
     Some(Record::Mmap(Mmap {
-        misc: PERF_RECORD_MISC_KERNEL,
+        misc: MISC_KERNEL,
         pid: KERNEL_PID,
         tid: 0,
         addr: start,

@@ -4,7 +4,7 @@
 //! Search button to highlight, and a `?s=<regex>` URL parameter that searches on load.
 
 use super::folded::Folded;
-use super::meta::Metadata;
+use super::metadata_txt::Metadata;
 use super::Weight;
 use crate::symbolize::FrameKind;
 use anyhow::{bail, Context, Result};

@@ -2,9 +2,10 @@
 //! the root frame, sorted bytewise, as `perf script | inferno-collapse-perf` would produce from our
 //! perf_script.out (see [`super::names`] for the naming rules and [`Weight`] for what the count counts).
 
-use super::stacks::{EventFilter, FastMap, PerStack, Root, StackNamer, STACK_FRAMES_KEPT};
+use super::stacks::{EventFilter, PerStack, Root, StackNamer, STACK_FRAMES_KEPT};
 use super::Weight;
 use crate::symbolize::{FrameKind, ResolvedSample};
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
@@ -102,7 +103,7 @@ pub struct Folder {
     weight: Weight,
     namer: StackNamer,
     /// Each distinct folded stack's slot, and by slot its count and leaf.
-    slots: FastMap<Box<[u32]>, u32>,
+    slots: FxHashMap<Box<[u32]>, u32>,
     counts: Vec<u64>,
     leaves: Vec<u32>,
     /// The slot of a shared stack under each thread name (root id) it was seen with; `None`: no folded line.
@@ -119,7 +120,7 @@ impl Folder {
         Folder {
             weight: opts.weight,
             namer: StackNamer::new(),
-            slots: FastMap::default(),
+            slots: FxHashMap::default(),
             counts: Vec::new(),
             leaves: Vec::new(),
             by_stack: PerStack::new(STACK_FRAMES_KEPT),

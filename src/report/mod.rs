@@ -11,7 +11,7 @@
 
 pub mod flamegraph;
 pub mod folded;
-pub mod meta;
+pub mod metadata_txt;
 pub mod names;
 pub mod script;
 pub(crate) mod stacks;

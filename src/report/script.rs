@@ -17,9 +17,11 @@
 //! (see [`super::names`]). Any text a reader could misparse is rewritten by [`super::names`].
 
 use super::names;
-use super::stacks::{arc_identity, FastHasher, FastMap, KeepAlive, PerStack};
+use super::stacks::{arc_identity, KeepAlive, PerStack};
 use super::Weight;
+use crate::repeats::{Piece, RepeatedLine, RepeatedText, Span};
 use crate::symbolize::{Frame, ResolvedSample};
+use rustc_hash::{FxHashMap, FxHasher};
 use std::hash::Hasher;
 use std::io::{self, Write};
 use std::sync::Arc;
@@ -61,23 +63,12 @@ pub fn write_perf_script<'a>(
     Ok(())
 }
 
-/// How a piece of a header line repeats earlier text: the next `len` bytes, and a key that is the same for pieces
-/// made of the same bytes (0: no key). Keys are hints, not proof (a compressor still compares the bytes); they let
-/// it find the repeats a profile is full of without searching for them. A span with `parts > 0` is followed by that
-/// many spans that cover the same bytes in smaller pieces, for when the whole does not repeat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Span {
-    pub len: u32,
-    pub parts: u32,
-    pub key: u64,
-}
-
 /// Writes samples in `perf script` layout one at a time ([`write_perf_script`] in steps), remembering how each
 /// distinct frame, thread name and event is spelled.
 pub struct ScriptWriter {
     weight: Weight,
-    comms: FastMap<(usize, usize), Box<str>>,
-    events: FastMap<(usize, usize), (u32, Box<str>)>,
+    comms: FxHashMap<(usize, usize), Box<str>>,
+    events: FxHashMap<(usize, usize), (u32, Box<str>)>,
     keep: KeepAlive,
     stacks: PerStack<Arc<StackText>>,
     /// The text of the last unshared stack rendered.
@@ -89,45 +80,21 @@ pub struct ScriptWriter {
 /// lines and rests have.
 #[derive(Default)]
 struct LineWriter {
-    frame_ids: FastMap<FrameKey, u32>,
+    frame_ids: FxHashMap<FrameKey, u32>,
     frames: Vec<FrameText>,
     keep: KeepAlive,
     /// Ids of lines by (frame, address, offset) and of rests by (line, the rest after it; 0: only the blank
     /// line).
-    line_ids: FastMap<(u32, u64, u64), u64>,
-    rest_ids: FastMap<(u64, u64), u64>,
+    line_ids: FxHashMap<(u32, u64, u64), u64>,
+    rest_ids: FxHashMap<(u64, u64), u64>,
     /// The last id handed out (0 is never one).
     last_piece_id: u64,
 }
 
-/// A stack's lines in perf script text, and the blank line that ends a sample: the same for every sample of
-/// the stack (the header line is each sample's own).
-#[derive(Debug)]
-pub struct StackText {
-    pub text: Box<[u8]>,
-    /// The frame lines of `text`, in order; the blank line follows the last.
-    pub lines: Box<[Line]>,
-}
-
-/// One frame line of a [`StackText`] and ids for its pieces. Within one [`ScriptWriter`], an id always stands for
-/// the same bytes (ids are never reused), so a compressor can point back at an earlier occurrence of a piece
-/// without comparing bytes. A line is `\t` + address (right-aligned in 16) + space, the label piece, the offset in
-/// hex, the module piece.
-#[derive(Debug, Clone, Copy)]
-pub struct Line {
-    /// This line and everything after it in the stack text (0: no id).
-    pub rest: u64,
-    /// This line.
-    pub line: u64,
-    /// The frame: its label piece (`label+0x`) and module piece (` (module)\n`) are the same in all its lines.
-    pub frame: u32,
-    pub len: u32,
-    pub label_len: u32,
-    pub module_len: u32,
-}
-
-/// Bytes of the address piece of a [`Line`].
-pub const ADDRESS_LEN: usize = 18;
+/// A stack's lines in perf script text, and the blank line that ends a sample: the same for every sample of the
+/// stack (the header line is each sample's own). Its line pieces are the frame's label (`label+0x`) and module
+/// (` (module)\n`), identified by the frame.
+pub type StackText = RepeatedText;
 
 /// Bytes of rendered stack text kept for reuse.
 const STACK_TEXT_KEPT: usize = 8 << 20;
@@ -140,7 +107,7 @@ const KEY_HEADER: u64 = 1;
 const KEY_HEADER_END: u64 = 2;
 
 fn span_key(kind: u64, values: &[u64]) -> u64 {
-    let mut h = FastHasher::default();
+    let mut h = FxHasher::default();
     h.write_u64(kind);
     for &v in values {
         h.write_u64(v);
@@ -153,8 +120,8 @@ impl ScriptWriter {
     pub fn new(opts: &ScriptOptions) -> Self {
         ScriptWriter {
             weight: opts.weight,
-            comms: FastMap::default(),
-            events: FastMap::default(),
+            comms: FxHashMap::default(),
+            events: FxHashMap::default(),
             keep: KeepAlive::default(),
             stacks: PerStack::new(STACK_TEXT_KEPT),
             unshared: None,
@@ -186,7 +153,7 @@ impl ScriptWriter {
         let lines = &mut self.lines;
         let make = || {
             let stack = lines.stack_text(&sample.frames, true);
-            let cost = stack.text.len() + stack.lines.len() * std::mem::size_of::<Line>();
+            let cost = stack.text.len() + stack.lines.len() * std::mem::size_of::<RepeatedLine>();
             (Arc::new(stack), cost)
         };
         self.stacks.get_or_insert_with(id, make).expect("a shared stack has an id")
@@ -284,13 +251,15 @@ impl LineWriter {
             text.extend_from_slice(b")\n");
             let module_len = text.len() - module_start;
             line_keys.push((index, frame.addr, offset));
-            lines.push(Line {
+            let len = text.len() - start;
+            lines.push(RepeatedLine {
                 rest: 0,
                 line: 0,
-                frame: index,
-                len: (text.len() - start) as u32,
-                label_len: label_len as u32,
-                module_len: module_len as u32,
+                len: len as u32,
+                pieces: [
+                    Piece { at: (label_start - start) as u32, len: label_len as u32, id: index },
+                    Piece { at: (len - module_len) as u32, len: module_len as u32, id: index },
+                ],
             });
         }
         text.push(b'\n');
@@ -312,7 +281,7 @@ impl LineWriter {
                 line.rest = rest;
             }
         }
-        StackText { text: text.into(), lines: lines.into() }
+        RepeatedText { text: text.into(), lines: lines.into() }
     }
 }
 

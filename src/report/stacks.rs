@@ -7,38 +7,8 @@
 
 use super::names;
 use crate::symbolize::{Frame, FrameKind, ResolvedSample};
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
-
-/// A multiply-rotate hasher for small keys made of integers (pointers, ids). Not DoS-resistant, which is fine for
-/// keys that come from our own data structures.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct FastHasher(u64);
-
-impl Hasher for FastHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for chunk in bytes.chunks(8) {
-            let mut word = [0u8; 8];
-            word[..chunk.len()].copy_from_slice(chunk);
-            self.write_u64(u64::from_le_bytes(word));
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(n as u64)
-    }
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64)
-    }
-}
-
-pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// How much per-stack work a stage keeps, in frames of the stacks it is kept for (at most several MB).
 pub(crate) const STACK_FRAMES_KEPT: usize = 1 << 17;
@@ -47,7 +17,7 @@ pub(crate) const STACK_FRAMES_KEPT: usize = 1 << 17;
 /// starts over, so a profile of few distinct stacks stays cached whole and one of many costs no more than the
 /// budget. Unshared stacks (id 0) are never cached.
 pub(crate) struct PerStack<V> {
-    map: FastMap<u64, V>,
+    map: FxHashMap<u64, V>,
     used: usize,
     budget: usize,
 }
@@ -55,7 +25,7 @@ pub(crate) struct PerStack<V> {
 impl<V> PerStack<V> {
     /// `budget` in the units of the costs given to [`insert`](Self::insert).
     pub(crate) fn new(budget: usize) -> Self {
-        PerStack { map: FastMap::default(), used: 0, budget }
+        PerStack { map: FxHashMap::default(), used: 0, budget }
     }
 
     pub(crate) fn get(&self, id: u64) -> Option<&V> {
@@ -135,13 +105,13 @@ impl KeepAlive {
 /// Names samples' stacks.
 #[derive(Default)]
 pub(crate) struct StackNamer {
-    ids: FastMap<Box<str>, u32>,
+    ids: FxHashMap<Box<str>, u32>,
     names: Vec<Box<str>>,
     /// The kind of the frame that first produced each name; `None` for thread (root) names.
     kinds: Vec<Option<FrameKind>>,
-    frames: FastMap<FrameKey, (u32, u32)>,
+    frames: FxHashMap<FrameKey, (u32, u32)>,
     frame_ids: Vec<u32>,
-    roots: FastMap<(usize, usize), Root>,
+    roots: FxHashMap<(usize, usize), Root>,
     keep: KeepAlive,
     scratch: Vec<String>,
 }
@@ -242,14 +212,14 @@ impl StackNamer {
 /// (compared up to the first `:` of the printed name).
 pub(crate) struct EventFilter {
     wanted: Option<String>,
-    seen: FastMap<(usize, usize), bool>,
+    seen: FxHashMap<(usize, usize), bool>,
     keep: KeepAlive,
 }
 
 impl EventFilter {
     pub(crate) fn new(event: Option<&str>) -> Self {
         let wanted = event.map(|e| names::event_key(&names::script_event(e)).to_string());
-        EventFilter { wanted, seen: FastMap::default(), keep: KeepAlive::default() }
+        EventFilter { wanted, seen: FxHashMap::default(), keep: KeepAlive::default() }
     }
 
     pub(crate) fn matches(&mut self, sample: &ResolvedSample) -> bool {

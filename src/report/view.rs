@@ -1,8 +1,9 @@
 //! Which samples and frames the outputs show: `-pid`/`-tid` filters, `-no-kernel`, `-strip-tiers`, and the
 //! per-thread grouping of `-per-thread`.
 
-use super::stacks::{arc_identity, FastMap, KeepAlive, PerStack, STACK_FRAMES_KEPT};
+use super::stacks::{arc_identity, KeepAlive, PerStack, STACK_FRAMES_KEPT};
 use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
+use rustc_hash::FxHashMap;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -47,7 +48,7 @@ impl View {
 pub struct Viewer {
     view: View,
     /// Tier-stripped symbols by the identity of the original (`None`: nothing to strip).
-    stripped: FastMap<(usize, usize), Option<Arc<str>>>,
+    stripped: FxHashMap<(usize, usize), Option<Arc<str>>>,
     keep: KeepAlive,
     /// Shared stacks as the view shows them, by the id of the original (`None`: no frame left).
     stacks: PerStack<Option<Stack>>,
@@ -57,7 +58,7 @@ impl Viewer {
     pub fn new(view: View) -> Self {
         Viewer {
             view,
-            stripped: FastMap::default(),
+            stripped: FxHashMap::default(),
             keep: KeepAlive::default(),
             stacks: PerStack::new(STACK_FRAMES_KEPT),
         }

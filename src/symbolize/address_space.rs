@@ -4,9 +4,9 @@
 //! earlier samples, exec (COMM with the exec flag) starts an empty space, a forked process starts with a copy of
 //! its parent's, and threads share their process's.
 
-use crate::perf_data::records::PERF_RECORD_MISC_MMAP_DATA;
+use crate::perf_data::abi::MISC_MMAP_DATA;
 use crate::perf_data::{Comm, Mmap, Task};
-use crate::report::stacks::FastMap;
+use rustc_hash::FxHashMap;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -144,8 +144,8 @@ pub struct Process {
 /// Every process and thread the recording mentions.
 #[derive(Debug, Default)]
 pub struct Processes {
-    procs: FastMap<u32, Process>,
-    comms: FastMap<u32, Arc<str>>,
+    procs: FxHashMap<u32, Process>,
+    comms: FxHashMap<u32, Arc<str>>,
     next_space_id: u64,
     /// File identities are shared by every mapping of the same file.
     files: HashMap<FileId, Arc<FileId>>,
@@ -175,7 +175,7 @@ impl Processes {
     /// Returns the mapping added, if the record was one the symbolizer keeps (executable, user space).
     pub fn on_mmap(&mut self, m: &Mmap) -> Option<Mapping> {
         // Kernel image and modules are named from kallsyms; data mappings (perf record --data) hold no code.
-        if m.pid == KERNEL_PID || m.misc & PERF_RECORD_MISC_MMAP_DATA != 0 {
+        if m.pid == KERNEL_PID || m.misc & MISC_MMAP_DATA != 0 {
             return None;
         }
         let id = FileId {
@@ -249,7 +249,7 @@ impl Processes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::perf_data::records::PERF_RECORD_MISC_COMM_EXEC;
+    use crate::perf_data::abi::MISC_COMM_EXEC;
     use crate::perf_data::SampleId;
 
     fn mmap(pid: u32, addr: u64, len: u64, pgoff: u64, name: &str) -> Mmap {
@@ -257,7 +257,7 @@ mod tests {
     }
 
     fn comm(pid: u32, tid: u32, name: &str, exec: bool) -> Comm {
-        let misc = if exec { PERF_RECORD_MISC_COMM_EXEC } else { 0 };
+        let misc = if exec { MISC_COMM_EXEC } else { 0 };
         Comm { misc, pid, tid, comm: name.into(), sample_id: SampleId::default() }
     }
 
@@ -308,7 +308,7 @@ mod tests {
         let mut p = Processes::default();
         assert!(p.on_mmap(&mmap(u32::MAX, 0xffffffff81000000, 0x1000000, 0, "[kernel.kallsyms]_text")).is_none());
         let mut data = mmap(1, 0x1000, 0x1000, 0, "/data");
-        data.misc = PERF_RECORD_MISC_MMAP_DATA;
+        data.misc = MISC_MMAP_DATA;
         assert!(p.on_mmap(&data).is_none());
     }
 

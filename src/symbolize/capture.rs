@@ -2,21 +2,20 @@
 //! /tmp (or working directory) and, in a container, only as long as its mount namespace does; so while collecting,
 //! [`Capture`] copies them into `<out>/symbols/` as soon as they appear and again whenever they grow. Files the
 //! target maps are opened while it lives, so they stay readable after it exits. At the end it writes the symbols
-//! the samples hit (see [`captured`](super::captured) for the format), so `postprocess` can name every frame
+//! the samples hit (see [`captured`](super::symbols_dir) for the format), so `postprocess` can name every frame
 //! offline.
 //!
 //! Use: `Capture::new(out_dir, &[pid], &opts)`, then for every record read `observe(&record)` (non-sample records
-//! suffice), `poll()` about every 250 ms, and `finish(&reader)` once perf.data is complete. [`Capture`] also
-//! implements the recorder's [`RecordObserver`].
+//! suffice), `poll()` about every 250 ms, and `finish(&reader)` once perf.data is complete.
 
 use super::address_space::{FileId, MapKind, Processes};
-use super::captured::{self, CapturedProcess};
 use super::jit_files::{self, OpenError};
+use super::options::SymbolizeOptions;
 use super::proc_info::ProcessInfo;
-use super::symbolizer::{SymbolizeOptions, SymbolizeStats, Symbolizer};
+use super::symbolizer::{SymbolizeStats, Symbolizer};
+use super::symbols_dir::{self, CapturedProcess};
 use super::ResolvedSample;
 use crate::perf_data::{PerfDataReader, Record};
-use crate::record::RecordObserver;
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -210,11 +209,11 @@ impl Capture {
         if let Some(info) = t.info.clone().filter(|_| !t.gone) {
             if t.perf_map.is_none() {
                 let path = PathBuf::from(format!("/tmp/perf-{}.map", info.nspid));
-                t.perf_map = self.start_mirror(&info, &path, &captured::perf_map_name(pid));
+                t.perf_map = self.start_mirror(&info, &path, &symbols_dir::perf_map_name(pid));
             }
             if let Some(path) = t.jitdump_path.clone() {
                 if t.jitdump_copied_from.as_ref() != Some(&path) {
-                    if let Some(m) = self.start_mirror(&info, Path::new(&*path), &captured::jitdump_name(pid)) {
+                    if let Some(m) = self.start_mirror(&info, Path::new(&*path), &symbols_dir::jitdump_name(pid)) {
                         t.jitdump = Some(m);
                         t.jitdump_copied_from = Some(path);
                     }
@@ -287,7 +286,7 @@ impl Capture {
             perf_maps += t.perf_map.is_some() as usize;
             jitdumps += t.jitdump.is_some() as usize;
         }
-        captured::write_processes(&self.dir, &processes)?;
+        symbols_dir::write_processes(&self.dir, &processes)?;
 
         let opts = SymbolizeOptions { captured_dir: Some(self.dir.clone()), live: true, ..self.opts.clone() };
         let mut symbolizer = Symbolizer::new(&opts)?;
@@ -295,7 +294,7 @@ impl Capture {
         symbolizer.record_usage();
         let stats = symbolizer.for_each_sample(recording, f)?;
         let usage = symbolizer.take_usage().unwrap_or_default();
-        captured::write_usage(&self.dir, &usage)?;
+        symbols_dir::write_usage(&self.dir, &usage)?;
         let bytes = dir_size(&self.dir);
         let mut warnings = self.warnings;
         warnings.extend(stats.warnings.iter().cloned());
@@ -321,14 +320,4 @@ impl Capture {
 
 fn dir_size(dir: &Path) -> u64 {
     std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
-}
-
-impl RecordObserver for Capture {
-    fn on_record(&mut self, record: &Record) {
-        self.observe(record);
-    }
-
-    fn on_tick(&mut self) {
-        self.poll();
-    }
 }

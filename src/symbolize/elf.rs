@@ -243,7 +243,7 @@ mod tests {
         // The headers and tables of a real ELF, damaged: parsing may fail, but never panic.
         let data = self_exe();
         let head = &data[..data.len().min(64 * 1024)];
-        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0006);
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0006);
         for input in rng.inputs(&[head, b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0"], 400) {
             if let Ok(info) = inspect(&input[..]) {
                 let _ = function_symbols(&input[..], SymbolSource::Symtab, &info.loads);

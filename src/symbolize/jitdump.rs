@@ -477,7 +477,7 @@ mod tests {
     fn random_and_mutated_dumps_never_panic() {
         let mut w = JitDumpWriter::new(9, 0);
         w.load(1, 0x1000, 0x10, "A").moved(2, 0x1000, 0x3000, 0x10).debug_info(3).load(4, 0x1000, 0x20, "B");
-        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0002);
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0002);
         for input in rng.inputs(&[&w.bytes], 3000) {
             let d = JitDump::parse(&input);
             for c in d.codes() {

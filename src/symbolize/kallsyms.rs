@@ -123,7 +123,7 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
 
     #[test]
     fn random_and_mutated_input_never_panics() {
-        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0003);
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0003);
         for input in rng.inputs(&[SAMPLE.as_bytes()], 3000) {
             let k = KernelSymbols::parse(&String::from_utf8_lossy(&input));
             for r in k.table.iter() {

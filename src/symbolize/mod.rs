@@ -6,25 +6,27 @@
 
 mod address_space;
 mod capture;
-mod captured;
 mod debug_search;
 mod demangle;
 mod dso;
 mod elf;
-#[cfg(test)]
-mod fuzz;
 mod jit_files;
 mod jitdump;
 mod kallsyms;
+mod options;
 mod perf_map;
 mod proc_info;
+#[cfg(test)]
+mod random_inputs;
 mod ranges;
 mod root_path;
 mod sources;
 mod symbolizer;
+mod symbols_dir;
 
 pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
-pub use symbolizer::{symbolize_file, SymbolizeOptions, SymbolizeStats, Symbolized, Symbolizer};
+pub use options::SymbolizeOptions;
+pub use symbolizer::{symbolize_file, SymbolizeStats, Symbolized, Symbolizer};
 
 /// The parsers, public for tests and tools that inspect a single input.
 pub mod parsers {

@@ -89,7 +89,7 @@ mod tests {
     #[test]
     fn random_and_mutated_status_never_panics() {
         let seed = b"Name:\tdotnet\nTgid:\t4242\nNStgid:\t4242\t1\nNSpid:\t4243\t2\n";
-        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0004);
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0004);
         for input in rng.inputs(&[seed], 3000) {
             let _ = parse_status(&String::from_utf8_lossy(&input));
         }

@@ -184,7 +184,7 @@ mod tests {
         symlink("../../..", r.join("tmp/up")).unwrap();
         symlink("/tmp/up/outside-secret", r.join("tmp/s")).unwrap();
         let parts = ["..", ".", "tmp", "up", "s", "app", "lib", "real.so", "outside-secret", "", "x"];
-        let mut rng = crate::symbolize::fuzz::Rng::new(0x5eed_0008);
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0008);
         for _ in 0..2000 {
             let n = 1 + rng.below(6);
             let p: Vec<&str> = (0..n).map(|_| parts[rng.below(parts.len())]).collect();

@@ -3,15 +3,15 @@
 //! through the target's own root, `/proc/kallsyms`) is read only when allowed.
 
 use super::address_space::{FileId, MapKind, Mapping, Processes};
-use super::captured::CapturedDir;
 use super::debug_search::SearchRoots;
 use super::dso::{self, DsoSymbols};
 use super::jit_files::{self, OpenError};
 use super::jitdump::JitDump;
 use super::kallsyms::KernelSymbols;
+use super::options::SymbolizeOptions;
 use super::perf_map::PerfMap;
 use super::proc_info::ProcessInfo;
-use super::symbolizer::SymbolizeOptions;
+use super::symbols_dir::CapturedDir;
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;

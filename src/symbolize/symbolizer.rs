@@ -3,48 +3,21 @@
 //! frames; jitdump, then perf map for JIT code; the mapped file's ELF symbols for native code.
 
 use super::address_space::{FileId, MapKind, Mapping, Processes};
-use super::captured::Usage;
 use super::dso::DsoSymbols;
 use super::kallsyms::KERNEL_MODULE;
+use super::options::SymbolizeOptions;
 use super::sources::Sources;
+use super::symbols_dir::Usage;
 use super::{Frame, FrameKind, ResolvedSample, Stack};
-use crate::perf_data::records::{
-    PERF_CONTEXT_KERNEL, PERF_CONTEXT_MAX, PERF_CONTEXT_USER, PERF_RECORD_MISC_CPUMODE_MASK, PERF_RECORD_MISC_KERNEL,
-};
+use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
+use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
 use crate::perf_data::{Brief, BuildIdEntry, PerfDataReader, ReadStats, Record, Sample};
-use crate::report::stacks::FastMap;
 use anyhow::Result;
+use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
-use std::path::PathBuf;
 use std::sync::Arc;
-
-/// Where names may come from.
-#[derive(Debug, Clone, Default)]
-pub struct SymbolizeOptions {
-    /// A `symbols/` directory written by a capture; its copies are preferred over anything live.
-    pub captured_dir: Option<PathBuf>,
-    /// Whether the running system may be read: `/proc/<pid>/…`, the mapped files, `/proc/kallsyms`. Off for a
-    /// fully offline run (then only `captured_dir` names frames).
-    pub live: bool,
-    /// Extra roots searched for split debug files like `/usr/lib/debug` (`-symbols DIR`).
-    pub debug_roots: Vec<PathBuf>,
-    /// Trust perf maps and jitdumps whatever their owner.
-    pub force_maps: bool,
-}
-
-impl SymbolizeOptions {
-    /// Names from the running system (and `captured_dir` when given).
-    pub fn live() -> Self {
-        SymbolizeOptions { live: true, ..Default::default() }
-    }
-
-    /// Names only from a capture's `symbols/` directory.
-    pub fn offline(captured_dir: impl Into<PathBuf>) -> Self {
-        SymbolizeOptions { captured_dir: Some(captured_dir.into()), live: false, ..Default::default() }
-    }
-}
 
 /// Counters for the run's summary line and for tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -168,18 +141,15 @@ const RELEASE_ABOVE: u64 = 16 << 20;
 
 /// x86-64 kernel addresses live in the upper half; used only when a chain carries no context marker.
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
-const PERF_CONTEXT_HV: u64 = -32i64 as u64;
-const PERF_CONTEXT_GUEST_KERNEL: u64 = -2176i64 as u64;
-const PERF_CONTEXT_GUEST_USER: u64 = -2560i64 as u64;
 
 pub struct Symbolizer {
     sources: Sources,
     processes: Processes,
     /// Keyed by small integers: a fast non-cryptographic hash (this lookup runs for every frame of every sample).
-    cache: FastMap<CacheKey, Template>,
+    cache: FxHashMap<CacheKey, Template>,
     /// Named stacks by (address space, generation, cpu mode, ip, callchain): most samples repeat a stack seen
     /// before, and then cost one lookup.
-    stacks: FastMap<Box<[u64]>, CachedStack>,
+    stacks: FxHashMap<Box<[u64]>, CachedStack>,
     stack_cache_frames: usize,
     stack_key: Vec<u64>,
     /// Lookups and hits of the stack cache in the current stretch of [`HIT_RATE_SAMPLES`].
@@ -200,8 +170,8 @@ impl Symbolizer {
         Ok(Symbolizer {
             sources: Sources::new(opts)?,
             processes: Processes::default(),
-            cache: FastMap::default(),
-            stacks: FastMap::default(),
+            cache: FxHashMap::default(),
+            stacks: FxHashMap::default(),
             stack_cache_frames: 0,
             stack_key: Vec::new(),
             stack_lookups: 0,
@@ -329,7 +299,7 @@ impl Symbolizer {
         }
         // What only the replay needed goes now, before the stages that follow it take their memory.
         reader.release_data_before(u64::MAX);
-        self.stacks = FastMap::default();
+        self.stacks = FxHashMap::default();
         self.stack_cache_frames = 0;
         for problem in read.problems() {
             self.warn(format!("perf.data: {problem}"));
@@ -362,7 +332,7 @@ impl Symbolizer {
         };
         let key = &mut self.stack_key;
         key.clear();
-        key.extend_from_slice(&[space.0, space.1, (s.misc & PERF_RECORD_MISC_CPUMODE_MASK) as u64, s.ip]);
+        key.extend_from_slice(&[space.0, space.1, (s.misc & MISC_CPUMODE_MASK) as u64, s.ip]);
         key.extend_from_slice(&s.callchain);
         self.stack_lookups += 1;
         if self.stack_lookups == HIT_RATE_SAMPLES {
@@ -397,16 +367,16 @@ impl Symbolizer {
     /// Names a sample's frames; narrows `steady` to the times at which the same chain gets the same names.
     fn resolve_frames(&mut self, s: &Sample, steady: &mut Range<u64>) -> Vec<Frame> {
         let mut frames = Vec::with_capacity(s.callchain.len().max(1));
-        let has_addresses = s.callchain.iter().any(|&a| a < PERF_CONTEXT_MAX);
-        let sample_in_kernel = s.misc & PERF_RECORD_MISC_CPUMODE_MASK == PERF_RECORD_MISC_KERNEL;
+        let has_addresses = s.callchain.iter().any(|&a| a < CONTEXT_MAX);
+        let sample_in_kernel = s.misc & MISC_CPUMODE_MASK == MISC_KERNEL;
         if has_addresses {
             let mut in_kernel: Option<bool> = None;
             let mut leaf = true;
             for &entry in &s.callchain {
-                if entry >= PERF_CONTEXT_MAX {
+                if entry >= CONTEXT_MAX {
                     in_kernel = match entry {
-                        PERF_CONTEXT_KERNEL | PERF_CONTEXT_HV | PERF_CONTEXT_GUEST_KERNEL => Some(true),
-                        PERF_CONTEXT_USER | PERF_CONTEXT_GUEST_USER => Some(false),
+                        CONTEXT_KERNEL | CONTEXT_HV | CONTEXT_GUEST_KERNEL => Some(true),
+                        CONTEXT_USER | CONTEXT_GUEST_USER => Some(false),
                         _ => in_kernel,
                     };
                     continue;

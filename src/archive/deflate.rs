@@ -4,9 +4,9 @@
 //! and written one after the other. The gzip member's CRC-32 is joined from the segments' ([`Checksum`]).
 //!
 //! Two encoders:
-//! - [`SpanDeflater`] for perf_script.out: that text is mostly repeats (the same stacks sample after sample), and
+//! - [`RepeatDeflater`] for perf_script.out: that text is mostly repeats (the same stacks sample after sample), and
 //!   its writer already knows what repeats. Stack texts come with ids for their lines, tails and pieces, which
-//!   always stand for the same bytes ([`StackText`]), so a recurrence within the window becomes a match without
+//!   always stand for the same bytes ([`RepeatedText`]), so a recurrence within the window becomes a match without
 //!   comparing; the header lines come with [`Span`] keys, which are only hints (a byte comparison checks them).
 //!   Matches are extended while the text keeps repeating at the same distance, and written as fixed-Huffman
 //!   codes: no searching and no Huffman tables, many times faster than zlib's fastest level on such text, for an
@@ -14,9 +14,9 @@
 //! - [`deflate_segment`] (miniz, a normal compressor) for everything else (perf.data, the small text files).
 
 use super::checksum::{crc_shift, Checksum};
-use crate::report::script::{Span, StackText, ADDRESS_LEN};
-use crate::report::stacks::FastMap;
+use crate::repeats::{RepeatedText, Span};
 use flate2::{Compress, Compression, FlushCompress};
+use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
 /// Farthest a match may point back.
@@ -268,7 +268,7 @@ fn put_match(bits: &mut BitWriter, t: &Tables, distance: u32, mut len: usize) {
     }
 }
 
-/// The text fed piece by piece ([`SpanDeflater::feed`]), for matches into it: the last [`WINDOW`] bytes of the
+/// The text fed piece by piece ([`RepeatDeflater::feed`]), for matches into it: the last [`WINDOW`] bytes of the
 /// stream that were fed that way. Shared texts are not kept (they are matched as wholes).
 struct OwnText {
     bytes: Vec<u8>,
@@ -333,7 +333,7 @@ impl History for OwnText {
     }
 }
 
-/// Where pieces of stack texts were last placed, by their ids ([`Line`]), direct-mapped: a slot holds the last
+/// Where pieces of stack texts were last placed, by their ids ([`crate::repeats::RepeatedLine`]), direct-mapped: a slot holds the last
 /// piece that hashed to it (a clash only loses a repeat). Ids are exact, so a position found here is a repeat
 /// without comparing bytes.
 struct Placed {
@@ -343,8 +343,8 @@ struct Placed {
 /// Kinds of pieces, kept apart in [`Placed`] (ids of different kinds may be the same number).
 const REST: u64 = 1 << 62;
 const LINE: u64 = 2 << 62;
-const LABEL: u64 = 3 << 62;
-const MODULE: u64 = 3 << 62 | 1 << 32;
+/// One kind per slot of [`crate::repeats::RepeatedLine::pieces`].
+const PIECE_KINDS: [u64; 2] = [3 << 62, 3 << 62 | 1 << 32];
 
 impl Placed {
     fn slot(key: u64) -> usize {
@@ -385,7 +385,7 @@ impl Pending {
 }
 
 /// Deflates text described by [`Span`]s (see the module docs) into one segment.
-pub struct SpanDeflater {
+pub struct RepeatDeflater {
     bits: BitWriter,
     /// Stream position of the next byte.
     pos: u64,
@@ -393,23 +393,23 @@ pub struct SpanDeflater {
     placed: Placed,
     crc: Checksum,
     /// CRC-32 of each stack text and its [`crc_shift`] factor, by the id of the text's first rest.
-    stack_crcs: FastMap<u64, (Checksum, u32)>,
+    stack_crcs: FxHashMap<u64, (Checksum, u32)>,
 }
 
-impl Default for SpanDeflater {
+impl Default for RepeatDeflater {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl SpanDeflater {
+impl RepeatDeflater {
     pub fn new() -> Self {
         let mut bits = BitWriter::new();
         // BFINAL=0, BTYPE=01 (fixed Huffman): one block for the whole segment.
         bits.put(0b010, 3);
         let own = OwnText { bytes: Vec::new(), start: 0, runs: VecDeque::new(), last: vec![(0, 0); 1 << SLOT_BITS] };
         let placed = Placed { slots: vec![(0, 0); 1 << SLOT_BITS] };
-        SpanDeflater { bits, pos: 0, own, placed, crc: Checksum::default(), stack_crcs: FastMap::default() }
+        RepeatDeflater { bits, pos: 0, own, placed, crc: Checksum::default(), stack_crcs: FxHashMap::default() }
     }
 
     /// Encodes the next piece of text; `spans` cover it exactly (a span with parts counts once).
@@ -423,7 +423,7 @@ impl SpanDeflater {
 
     /// Encodes a stack's text. The longest tail of it placed within the window becomes one match; the lines
     /// before it become matches where the line (or its label or module piece) is within the window, else literals.
-    pub fn feed_stack(&mut self, stack: &StackText) {
+    pub fn feed_stack(&mut self, stack: &RepeatedText) {
         let t = tables();
         let text = &stack.text[..];
         self.add_to_crc(stack);
@@ -446,13 +446,17 @@ impl SpanDeflater {
                 None => {
                     pending.flush(&mut self.bits, t);
                     let bytes = &text[at..at + len];
-                    let (label_at, module_at) = (ADDRESS_LEN, len - line.module_len as usize);
-                    let offset_at = label_at + line.label_len as usize;
-                    let frame = line.frame as u64;
-                    put_literals(&mut self.bits, t, &bytes[..label_at]);
-                    self.put_piece(LABEL | frame, pos + label_at as u64, &bytes[label_at..offset_at]);
-                    put_literals(&mut self.bits, t, &bytes[offset_at..module_at]);
-                    self.put_piece(MODULE | frame, pos + module_at as u64, &bytes[module_at..]);
+                    let mut done = 0;
+                    for (piece, kind) in line.pieces.iter().zip(PIECE_KINDS) {
+                        let (from, to) = (piece.at as usize, piece.at as usize + piece.len as usize);
+                        if piece.len == 0 || from < done || to > len {
+                            continue;
+                        }
+                        put_literals(&mut self.bits, t, &bytes[done..from]);
+                        self.put_piece(kind | piece.id as u64, pos + from as u64, &bytes[from..to]);
+                        done = to;
+                    }
+                    put_literals(&mut self.bits, t, &bytes[done..]);
                 }
             }
             at += len;
@@ -477,7 +481,7 @@ impl SpanDeflater {
     }
 
     /// The CRC-32 of a stack text is worked out once; each occurrence then costs one multiplication.
-    fn add_to_crc(&mut self, stack: &StackText) {
+    fn add_to_crc(&mut self, stack: &RepeatedText) {
         let Some(first) = stack.lines.first().filter(|l| l.rest != 0) else {
             self.crc.update(&stack.text);
             return;
@@ -625,7 +629,7 @@ mod tests {
     fn span_deflate_round_trips_in_chunks_with_wrong_keys() {
         for seed in 1..20u64 {
             let (text, spans) = random_text(seed * 0x9e37_79b9, 3000);
-            let mut d = SpanDeflater::new();
+            let mut d = RepeatDeflater::new();
             let mut out = Vec::new();
             // Feed in chunks of a few spans: matches cross chunk boundaries through the window.
             let (mut at, mut i) = (0usize, 0usize);
@@ -647,82 +651,6 @@ mod tests {
         }
     }
 
-    /// Samples as the outputs stream renders them: header lines (fed with their spans) and stack texts (fed by
-    /// their piece ids), from stacks that repeat near and far, share tails, come and go, shared or not.
-    #[test]
-    fn stack_texts_round_trip_and_repeats_become_matches() {
-        use crate::report::script::{ScriptOptions, ScriptWriter};
-        use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
-        use std::sync::Arc;
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
-        let names: Vec<Arc<str>> = (0..60).map(|i| Arc::from(format!("Namespace.Type{i}::Method{i}(int32)"))).collect();
-        let modules: Vec<Arc<str>> = (0..4).map(|i| Arc::from(format!("/usr/lib/lib{i}.so"))).collect();
-        let frame = |name: usize, addr: u64| Frame {
-            addr: 0x7f00_0000_0000 + name as u64 * 0x1000 + addr,
-            symbol: (name % 7 != 0).then(|| names[name].clone()),
-            offset: addr,
-            module: modules[name % modules.len()].clone(),
-            kind: FrameKind::Native,
-        };
-        // 300 stacks over 20 call paths: shared tails, leaves at a few addresses, depths 0 to 120.
-        let paths: Vec<Vec<usize>> =
-            (0..20).map(|p| (0..[0, 1, 5, 20, 120][p % 5]).map(|_| next(60) as usize).collect()).collect();
-        let stacks: Vec<Stack> = (0..300)
-            .map(|i| {
-                let path = &paths[i % paths.len()];
-                let mut frames: Vec<Frame> = path.iter().map(|&n| frame(n, 0x10 + next(8) * 4)).collect();
-                if let Some(leaf) = frames.first_mut() {
-                    leaf.addr += next(3) * 0x100;
-                }
-                Stack::shared(frames)
-            })
-            .collect();
-        let comm: Arc<str> = Arc::from("app");
-        let event: Arc<str> = Arc::from("cpu-clock");
-        let mut writer = ScriptWriter::new(&ScriptOptions::default());
-        let mut deflater = SpanDeflater::new();
-        let mut text = Vec::new();
-        let (mut header, mut spans) = (Vec::new(), Vec::new());
-        let mut out = Vec::new();
-        for i in 0..6000u64 {
-            // Mostly a few hot stacks, sometimes any.
-            let stack = if next(4) == 0 { next(300) } else { next(6) } as usize;
-            let sample = ResolvedSample {
-                pid: 7,
-                tid: 7 + next(3) as u32,
-                cpu: next(2) as u32,
-                time: 1_000_000_000 + i * 1_000_123,
-                period: 1_000_000,
-                comm: comm.clone(),
-                event: event.clone(),
-                // Some stacks come unshared (the symbolizer's cache stopped paying): no ids for their rests.
-                frames: if next(5) == 0 { Stack::from(stacks[stack].to_vec()) } else { stacks[stack].clone() },
-            };
-            header.clear();
-            spans.clear();
-            let stack_text = writer.render(&sample, &mut header, Some(&mut spans)).clone();
-            deflater.feed(&header, &spans);
-            deflater.feed_stack(&stack_text);
-            text.extend_from_slice(&header);
-            text.extend_from_slice(&stack_text.text);
-            if i % 500 == 0 {
-                out.extend(deflater.take_output());
-            }
-        }
-        let (tail, crc) = deflater.finish();
-        out.extend(tail);
-        assert!(inflate(&join(std::slice::from_ref(&out))) == text, "round trip differs");
-        assert_eq!(crc, Checksum::of(&text));
-        let (zlib_fast, _) = deflate_segment(Compression::fast(), [&text[..]]);
-        assert!(out.len() < zlib_fast.len() * 2, "{} of {} bytes (zlib: {})", out.len(), text.len(), zlib_fast.len());
-    }
-
     #[test]
     fn every_match_length_and_distance_decodes() {
         let base: Vec<u8> = (0..40_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
@@ -737,7 +665,7 @@ mod tests {
                     Span { len: (distance - len) as u32, parts: 0, key: 0 },
                     Span { len: len as u32, parts: 0, key: 7 },
                 ];
-                let mut d = SpanDeflater::new();
+                let mut d = RepeatDeflater::new();
                 d.feed(&text, &spans);
                 let (out, _) = d.finish();
                 assert!(inflate(&join(std::slice::from_ref(&out))) == text, "distance {distance} length {len}");
@@ -767,7 +695,7 @@ mod tests {
                 spans.push(Span { len: piece.len() as u32, parts: 0, key });
             }
         }
-        let mut d = SpanDeflater::new();
+        let mut d = RepeatDeflater::new();
         d.feed(&text[..], &spans[..]);
         let (out, _) = d.finish();
         assert!(inflate(&join(std::slice::from_ref(&out))) == text);
@@ -784,7 +712,7 @@ mod tests {
             text.extend_from_slice(line);
             spans.push(Span { len: line.len() as u32, parts: 0, key: 42 });
         }
-        let mut d = SpanDeflater::new();
+        let mut d = RepeatDeflater::new();
         d.feed(&text, &spans);
         let (out, _) = d.finish();
         assert!(inflate(&join(std::slice::from_ref(&out))) == text);
@@ -795,7 +723,7 @@ mod tests {
     #[test]
     fn segments_from_both_encoders_join_into_one_stream() {
         let (text, spans) = random_text(7, 500);
-        let mut a = SpanDeflater::new();
+        let mut a = RepeatDeflater::new();
         a.feed(&text, &spans);
         let (first, _) = a.finish();
         let header = stored_block(&[b'h'; 512]);

@@ -1,11 +1,11 @@
 //! perf_script.out on disk and in the archive: the writer thread (`writev` straight from the chunks' header
 //! lines and shared stack texts, disk blocks reserved ahead) and the compressor thread (the archive's first
-//! entry, compressed as the chunks come by [`SpanDeflater`]).
+//! entry, compressed as the chunks come by [`RepeatDeflater`]).
 
-use super::deflate::SpanDeflater;
-use super::stream::Chunk;
-use super::tarball::Tarball;
+use super::sample_sink::Chunk;
 use super::thread_cpu;
+use crate::archive::deflate::RepeatDeflater;
+use crate::archive::tarball::Tarball;
 use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::io::{IoSlice, Write};
@@ -56,7 +56,7 @@ pub fn compress(
     mut archive: Tarball,
 ) -> Result<(Tarball, u64)> {
     let started = Instant::now();
-    let mut deflater = SpanDeflater::new();
+    let mut deflater = RepeatDeflater::new();
     let mut len = 0u64;
     for chunk in chunks {
         for (header, spans, stack) in chunk.samples() {
@@ -124,4 +124,97 @@ fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice]) -> std::io::R
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::archive::checksum::Checksum;
+    use crate::archive::deflate::{deflate_segment, RepeatDeflater, FINAL_BLOCK};
+    use crate::report::script::{ScriptOptions, ScriptWriter};
+    use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
+    use flate2::Compression;
+    use std::io::Read;
+    use std::sync::Arc;
+
+    /// A whole deflate stream from one segment, decoded.
+    fn inflate(segment: &[u8]) -> Vec<u8> {
+        let mut stream = segment.to_vec();
+        stream.extend_from_slice(&FINAL_BLOCK);
+        let mut out = Vec::new();
+        flate2::read::DeflateDecoder::new(&stream[..]).read_to_end(&mut out).expect("a valid deflate stream");
+        out
+    }
+
+    /// Samples as the outputs stream renders them: header lines (fed with their spans) and stack texts (fed by
+    /// their piece ids), from stacks that repeat near and far, share tails, come and go, shared or not.
+    #[test]
+    fn stack_texts_round_trip_and_repeats_become_matches() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let names: Vec<Arc<str>> = (0..60).map(|i| Arc::from(format!("Namespace.Type{i}::Method{i}(int32)"))).collect();
+        let modules: Vec<Arc<str>> = (0..4).map(|i| Arc::from(format!("/usr/lib/lib{i}.so"))).collect();
+        let frame = |name: usize, addr: u64| Frame {
+            addr: 0x7f00_0000_0000 + name as u64 * 0x1000 + addr,
+            symbol: (name % 7 != 0).then(|| names[name].clone()),
+            offset: addr,
+            module: modules[name % modules.len()].clone(),
+            kind: FrameKind::Native,
+        };
+        // 300 stacks over 20 call paths: shared tails, leaves at a few addresses, depths 0 to 120.
+        let paths: Vec<Vec<usize>> =
+            (0..20).map(|p| (0..[0, 1, 5, 20, 120][p % 5]).map(|_| next(60) as usize).collect()).collect();
+        let stacks: Vec<Stack> = (0..300)
+            .map(|i| {
+                let path = &paths[i % paths.len()];
+                let mut frames: Vec<Frame> = path.iter().map(|&n| frame(n, 0x10 + next(8) * 4)).collect();
+                if let Some(leaf) = frames.first_mut() {
+                    leaf.addr += next(3) * 0x100;
+                }
+                Stack::shared(frames)
+            })
+            .collect();
+        let comm: Arc<str> = Arc::from("app");
+        let event: Arc<str> = Arc::from("cpu-clock");
+        let mut writer = ScriptWriter::new(&ScriptOptions::default());
+        let mut deflater = RepeatDeflater::new();
+        let mut text = Vec::new();
+        let (mut header, mut spans) = (Vec::new(), Vec::new());
+        let mut out = Vec::new();
+        for i in 0..6000u64 {
+            // Mostly a few hot stacks, sometimes any.
+            let stack = if next(4) == 0 { next(300) } else { next(6) } as usize;
+            let sample = ResolvedSample {
+                pid: 7,
+                tid: 7 + next(3) as u32,
+                cpu: next(2) as u32,
+                time: 1_000_000_000 + i * 1_000_123,
+                period: 1_000_000,
+                comm: comm.clone(),
+                event: event.clone(),
+                // Some stacks come unshared (the symbolizer's cache stopped paying): no ids for their rests.
+                frames: if next(5) == 0 { Stack::from(stacks[stack].to_vec()) } else { stacks[stack].clone() },
+            };
+            header.clear();
+            spans.clear();
+            let stack_text = writer.render(&sample, &mut header, Some(&mut spans)).clone();
+            deflater.feed(&header, &spans);
+            deflater.feed_stack(&stack_text);
+            text.extend_from_slice(&header);
+            text.extend_from_slice(&stack_text.text);
+            if i % 500 == 0 {
+                out.extend(deflater.take_output());
+            }
+        }
+        let (tail, crc) = deflater.finish();
+        out.extend(tail);
+        assert!(inflate(&out) == text, "round trip differs");
+        assert_eq!(crc, Checksum::of(&text));
+        let (zlib_fast, _) = deflate_segment(Compression::fast(), [&text[..]]);
+        assert!(out.len() < zlib_fast.len() * 2, "{} of {} bytes (zlib: {})", out.len(), text.len(), zlib_fast.len());
+    }
 }

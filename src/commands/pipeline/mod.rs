@@ -10,30 +10,27 @@
 //! regenerated file replaces the old one (or a planted symlink) instead of writing through it, and a failure never
 //! leaves a half-written file under the final name.
 
-mod checksum;
-mod deflate;
+mod sample_sink;
 mod script_file;
-mod stream;
-mod tarball;
 
+use crate::archive::tarball::{self, Segment, Tarball};
 use crate::perf_data::{PerfDataReader, Record};
 use crate::report::flamegraph::{self, FlameOptions};
 use crate::report::folded::{FoldOptions, Folded};
-use crate::report::meta::Metadata;
+use crate::report::metadata_txt::Metadata;
 use crate::report::script::ScriptOptions;
 use crate::report::view::{View, Viewer};
 use crate::report::{self, ReportSummary, Weight};
 use crate::symbolize::{SymbolizeOptions, SymbolizeStats, Symbolizer};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
+use sample_sink::{Chunk, RecordingFacts, SampleSink, Streamed};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Instant;
-use stream::{Chunk, RecordingFacts, SampleSink, Streamed};
-use tarball::{Segment, Tarball};
 
 pub const PERF_DATA_FILE: &str = "perf.data";
 

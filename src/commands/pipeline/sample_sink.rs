@@ -3,12 +3,13 @@
 //! the whole recording and, with `-per-thread`, per thread). Also notes the facts metadata.txt and the error for an
 //! empty selection need.
 
+use crate::repeats::Span;
 use crate::report::folded::{FoldOptions, Folded, Folder};
-use crate::report::script::{ScriptOptions, ScriptWriter, Span, StackText};
-use crate::report::stacks::FastMap;
+use crate::report::script::{ScriptOptions, ScriptWriter, StackText};
 use crate::report::view::Viewer;
 use crate::symbolize::ResolvedSample;
 use anyhow::{bail, Result};
+use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
@@ -25,7 +26,7 @@ pub struct Chunk {
     /// The stack texts of the chunk's samples, each once (one reference per chunk, not per sample).
     pub stacks: Vec<Arc<StackText>>,
     /// Where each stack text is in `stacks`, by its address.
-    stack_index: FastMap<usize, u32>,
+    stack_index: FxHashMap<usize, u32>,
     /// Bytes of text in all.
     pub len: usize,
 }
@@ -79,9 +80,9 @@ pub struct RecordingFacts {
     pub first_time: Option<u64>,
     pub last_time: u64,
     /// Samples and command name per process (unordered).
-    pub per_pid: FastMap<u32, (u64, Arc<str>)>,
+    pub per_pid: FxHashMap<u32, (u64, Arc<str>)>,
     /// Samples per (process, thread) (unordered).
-    pub per_thread: FastMap<(u32, u32), u64>,
+    pub per_thread: FxHashMap<(u32, u32), u64>,
 }
 
 impl RecordingFacts {

@@ -1,0 +1,30 @@
+//! Where names may come from, as a caller of the symbolizer chooses: a capture's saved files, the live system,
+//! extra debug-file folders.
+
+use std::path::PathBuf;
+
+/// Where names may come from.
+#[derive(Debug, Clone, Default)]
+pub struct SymbolizeOptions {
+    /// A `symbols/` directory written by a capture; its copies are preferred over anything live.
+    pub captured_dir: Option<PathBuf>,
+    /// Whether the running system may be read: `/proc/<pid>/…`, the mapped files, `/proc/kallsyms`. Off for a
+    /// fully offline run (then only `captured_dir` names frames).
+    pub live: bool,
+    /// Extra roots searched for split debug files like `/usr/lib/debug` (`-symbols DIR`).
+    pub debug_roots: Vec<PathBuf>,
+    /// Trust perf maps and jitdumps whatever their owner.
+    pub force_maps: bool,
+}
+
+impl SymbolizeOptions {
+    /// Names from the running system (and `captured_dir` when given).
+    pub fn live() -> Self {
+        SymbolizeOptions { live: true, ..Default::default() }
+    }
+
+    /// Names only from a capture's `symbols/` directory.
+    pub fn offline(captured_dir: impl Into<PathBuf>) -> Self {
+        SymbolizeOptions { captured_dir: Some(captured_dir.into()), live: false, ..Default::default() }
+    }
+}
