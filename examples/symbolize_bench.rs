@@ -17,7 +17,8 @@
 //! ```
 
 use profcpu::perf_data::PerfDataReader;
-use profcpu::symbolize::{symbolize_file, Capture, SymbolizeOptions};
+use profcpu::report::names::frame_label;
+use profcpu::symbolize::{Capture, SymbolizeOptions, Symbolizer};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -47,31 +48,35 @@ fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let reader = PerfDataReader::open(&path)?;
     let opened = started.elapsed();
-    let out = symbolize_file(&reader, &opts)?;
+    let mut samples = Vec::new();
+    let stats = Symbolizer::new(&opts)?.for_each_sample(&reader, |s| {
+        samples.push(s);
+        Ok(())
+    })?;
     let total = started.elapsed();
-    let frames: usize = out.samples.iter().map(|s| s.frames.len()).sum();
+    let frames: usize = samples.iter().map(|s| s.frames.len()).sum();
     println!(
         "{} samples, {frames} frames: open {:.1} ms, symbolize {:.1} ms, total {:.1} ms",
-        out.samples.len(),
+        samples.len(),
         opened.as_secs_f64() * 1e3,
         (total - opened).as_secs_f64() * 1e3,
         total.as_secs_f64() * 1e3
     );
-    println!("{:#?}", out.stats);
+    println!("{stats:#?}");
     let mut leaves: HashMap<String, usize> = HashMap::new();
-    for s in &out.samples {
+    for s in &samples {
         if let Some(f) = s.frames.first() {
-            *leaves.entry(format!("{} [{:?}] ({})", f.display_name(), f.kind, f.module)).or_default() += 1;
+            *leaves.entry(format!("{} [{:?}] ({})", frame_label(f), f.kind, f.module)).or_default() += 1;
         }
     }
     let mut leaves: Vec<_> = leaves.into_iter().collect();
     leaves.sort_by_key(|l| std::cmp::Reverse(l.1));
     for (name, n) in leaves.iter().take(top) {
-        println!("{:6.2}%  {name}", 100.0 * *n as f64 / out.samples.len().max(1) as f64);
+        println!("{:6.2}%  {name}", 100.0 * *n as f64 / samples.len().max(1) as f64);
     }
     if let Some(dir) = capture_dir {
         std::fs::create_dir_all(&dir)?;
-        let mut pids: Vec<u32> = out.samples.iter().map(|s| s.pid).collect();
+        let mut pids: Vec<u32> = samples.iter().map(|s| s.pid).collect();
         pids.sort_unstable();
         pids.dedup();
         let capture = Capture::new(&dir, &pids, &opts)?;
@@ -84,7 +89,7 @@ fn main() -> anyhow::Result<()> {
             summary.finish_time.as_secs_f64() * 1e3
         );
     }
-    for s in out.samples.iter().take(stacks) {
+    for s in samples.iter().take(stacks) {
         println!(
             "\n{} {}/{} {}.{:06} {} {}:",
             s.comm,
@@ -96,7 +101,7 @@ fn main() -> anyhow::Result<()> {
             s.event
         );
         for f in &s.frames {
-            println!("\t{:16x} {} ({})", f.addr, f.display_name(), f.module);
+            println!("\t{:16x} {} ({})", f.addr, frame_label(f), f.module);
         }
     }
     Ok(())

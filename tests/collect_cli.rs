@@ -1,14 +1,19 @@
 //! `profcpu collect` end to end: Debian's perf reads what it writes, stopping early still leaves a valid file, and bad
 //! input gets one clear line.
 
-mod record_support;
+mod support;
 
-use record_support::*;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use support::busy::*;
+use support::perf::*;
+use support::profcpu::*;
+use support::recording::*;
+use support::scratch::Scratch;
+use support::PROFCPU;
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -47,7 +52,8 @@ fn assert_complete(c: &Collected) -> Recording {
 #[test]
 fn perf_names_native_frames_and_counts_the_samples_profcpu_reported() {
     let _s = serial();
-    let out = temp_dir("cli-perf");
+    let scratch = Scratch::new("cli-perf");
+    let out = scratch.path.clone();
     let c = collect(&busy_run(&out, "20", &[], &["--seconds", "1.5"]));
     let data = c.perf_data();
     let script = perf_script(&data);
@@ -84,7 +90,8 @@ fn perf_names_native_frames_and_counts_the_samples_profcpu_reported() {
 #[test]
 fn perf_names_kernel_frames_of_a_workload_in_syscalls() {
     let _s = serial();
-    let out = temp_dir("cli-kernel");
+    let scratch = Scratch::new("cli-kernel");
+    let out = scratch.path.clone();
     let c = collect(&busy_run(&out, "20", &[], &["--seconds", "1.5", "--work", "syscalls"]));
     let script = perf_script(&c.perf_data());
     let kernel = frames_in(&script, "[kernel.kallsyms]");
@@ -128,7 +135,8 @@ fn finish_background(mut child: std::process::Child, limit: Duration) -> Collect
 #[test]
 fn sigint_mid_run_stops_and_still_writes_a_valid_file() {
     let _s = serial();
-    let out = temp_dir("cli-sigint");
+    let scratch = Scratch::new("cli-sigint");
+    let out = scratch.path.clone();
     let mut child = spawn_collect(&busy_run(&out, "60", &[], &["--seconds", "60"]));
     // The launched command shares profcpu's stdout: its first line says it runs (and is being sampled).
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
@@ -159,7 +167,8 @@ fn sigint_mid_run_stops_and_still_writes_a_valid_file() {
 fn sigterm_mid_run_of_a_pid_still_writes_a_valid_file() {
     let _s = serial();
     let busy = Busy::start(&["--seconds", "60"]);
-    let out = temp_dir("cli-sigterm");
+    let scratch = Scratch::new("cli-sigterm");
+    let out = scratch.path.clone();
     let child =
         spawn_collect(&["-pid", &busy.info.pid.to_string(), "-duration", "60", "-output", out.to_str().unwrap()]);
     std::thread::sleep(Duration::from_millis(1500));
@@ -176,7 +185,8 @@ fn the_target_exiting_mid_run_ends_collection_with_a_valid_file() {
     let _s = serial();
     let busy = Busy::start(&["--seconds", "1.5"]);
     let pid = busy.info.pid;
-    let out = temp_dir("cli-exit");
+    let scratch = Scratch::new("cli-exit");
+    let out = scratch.path.clone();
     let t0 = Instant::now();
     let c = collect(&["-pid", &pid.to_string(), "-duration", "60", "-output", out.to_str().unwrap()]);
     assert!(t0.elapsed() < Duration::from_secs(10), "collect ran {:?} after its target exited", t0.elapsed());
@@ -188,7 +198,8 @@ fn the_target_exiting_mid_run_ends_collection_with_a_valid_file() {
 #[test]
 fn the_live_line_shows_on_a_terminal_and_only_a_summary_otherwise() {
     let _s = serial();
-    let out = temp_dir("cli-tty");
+    let scratch = Scratch::new("cli-tty");
+    let out = scratch.path.clone();
     let cmd =
         format!("{PROFCPU} collect -duration 1.2 -output {} -- {} --seconds 5", out.display(), busy_binary().display());
     // `script` gives profcpu a pseudo-terminal as stderr.
@@ -233,7 +244,8 @@ fn is_empty_dir(dir: &Path) -> bool {
 
 #[test]
 fn bad_input_gets_one_clear_line() {
-    let base = temp_dir("cli-bad");
+    let scratch = Scratch::new("cli-bad");
+    let base = scratch.path.clone();
     let b = base.to_str().unwrap();
     let pid_max: u64 = std::fs::read_to_string("/proc/sys/kernel/pid_max").unwrap().trim().parse().unwrap();
     let missing = (pid_max + 1).to_string();
@@ -270,7 +282,8 @@ fn bad_input_gets_one_clear_line() {
 #[test]
 fn cycles_without_a_pmu_fall_back_to_cpu_clock_and_task_clock_is_honoured() {
     let _s = serial();
-    let out = temp_dir("cli-events");
+    let scratch = Scratch::new("cli-events");
+    let out = scratch.path.clone();
     let c = collect(&busy_run(&out, "1", &["-event", "cycles"], &["--seconds", "3"]));
     let rec = Recording::read(&c.perf_data());
     let attr = &rec.reader.events()[0].attr;

@@ -6,17 +6,18 @@
 //! can be read without re-running it. The tests take turns on the CPUs: shares measured on 2 CPUs would be
 //! distorted by a second loaded API.
 
-#[path = "support/webapi.rs"]
-mod webapi;
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-use webapi::{
-    archive_listing, collect_args, exclusive, files_under, namespace_of, prepared, run_collect, Api, Load, Profile,
-    WorkDir, OUTPUT_FILES, PROFCPU,
+mod support;
+
+use support::running_app::exclusive;
+use support::scratch::Scratch;
+use support::webapi::{
+    archive_listing, collect_args, files_under, namespace_of, prepared, run_collect, Api, Load, Profile, OUTPUT_FILES,
 };
+use support::PROFCPU;
 
 /// Seconds each collection samples.
 const SECONDS: u32 = 5;
@@ -59,7 +60,7 @@ fn assert_all_samples_from(profile: &Profile, pid: u32) {
 #[test]
 fn host_cpu_route_dominates_and_every_output_is_complete() {
     let _cpu = exclusive();
-    let work = WorkDir::new("host");
+    let work = Scratch::new("host");
     let api = Api::on_host(&work);
     let _load = Load::start(&api, "cpu", LOAD_SECONDS, CONNECTIONS);
     std::thread::sleep(WARM_UP);
@@ -108,7 +109,7 @@ fn host_cpu_route_dominates_and_every_output_is_complete() {
 #[test]
 fn sleeping_route_is_off_cpu_under_equal_load() {
     let _cpu = exclusive();
-    let work = WorkDir::new("on-off-cpu");
+    let work = Scratch::new("on-off-cpu");
     let api = Api::on_host(&work);
     // Both loads end about when sampling does, so their counts describe the sampled window.
     let seconds = WARM_UP.as_secs() as u32 + SECONDS + 1;
@@ -161,7 +162,7 @@ fn sleeping_route_is_off_cpu_under_equal_load() {
 #[test]
 fn sidecar_in_the_api_pid_namespace_names_jit_frames_without_a_shared_tmp() {
     let _cpu = exclusive();
-    let work = WorkDir::new("sidecar");
+    let work = Scratch::new("sidecar");
     let api = Api::in_container(&work);
     let _load = Load::start(&api, "cpu", LOAD_SECONDS, CONNECTIONS);
     std::thread::sleep(WARM_UP);
@@ -198,7 +199,7 @@ exec "$0" "$@""#;
 #[test]
 fn host_names_jit_frames_of_the_namespaced_api_by_host_pid() {
     let _cpu = exclusive();
-    let work = WorkDir::new("host-to-container");
+    let work = Scratch::new("host-to-container");
     let api = Api::in_container(&work);
     let _load = Load::start(&api, "cpu", LOAD_SECONDS, CONNECTIONS);
     std::thread::sleep(WARM_UP);
@@ -219,7 +220,7 @@ fn host_names_jit_frames_of_the_namespaced_api_by_host_pid() {
 #[test]
 fn inside_the_api_namespaces_names_jit_frames() {
     let _cpu = exclusive();
-    let work = WorkDir::new("inside");
+    let work = Scratch::new("inside");
     let api = Api::in_container(&work);
     let _load = Load::start(&api, "cpu", LOAD_SECONDS, CONNECTIONS);
     std::thread::sleep(WARM_UP);
@@ -255,7 +256,7 @@ exec "$0" "$@""#;
 #[test]
 fn postprocess_after_the_container_is_gone_reproduces_the_folded_stacks() {
     let _cpu = exclusive();
-    let work = WorkDir::new("postprocess");
+    let work = Scratch::new("postprocess");
     let mut api = Api::in_container(&work);
     let load = Load::start(&api, "cpu", LOAD_SECONDS, CONNECTIONS);
     std::thread::sleep(WARM_UP);
@@ -313,7 +314,7 @@ fn postprocess_after_the_container_is_gone_reproduces_the_folded_stacks() {
 
 /// A copy of the runtime whose libcoreclr.so is stripped, plus the debug part split off it: what Microsoft ships
 /// and what `dotnet-symbol --symbols` downloads. Returns (runtime dir, framework dir, debug file).
-fn stripped_runtime(work: &WorkDir) -> (PathBuf, PathBuf, PathBuf) {
+fn stripped_runtime(work: &Scratch) -> (PathBuf, PathBuf, PathBuf) {
     let original = &prepared().runtime_dir;
     let copy = work.join("runtime");
     // Hard links where possible; the stripped library replaces its link in the copy only.
@@ -390,7 +391,7 @@ impl Drop for InstalledDebugFile {
 #[test]
 fn stripped_coreclr_is_named_from_its_debug_file_under_usr_lib_debug() {
     let _cpu = exclusive();
-    let work = WorkDir::new("dotnet-symbol");
+    let work = Scratch::new("dotnet-symbol");
     let (runtime, fw, debug) = stripped_runtime(&work);
     let lib = fw.join("libcoreclr.so");
     let target = Path::new("/usr/lib/debug").join(fw.strip_prefix("/").unwrap()).join("libcoreclr.so.dbg");

@@ -6,34 +6,32 @@
 //!   map saved beside perf.data after it is gone, agreeing with `perf script`;
 //! - the flame graph of the collection opens in headless Chromium and its search finds the hot method.
 
-#[path = "support/chromium.rs"]
-mod browser;
-#[path = "postprocess_common.rs"]
-mod common;
-#[path = "support/dotnet.rs"]
-mod dotnet;
-#[path = "support/profiling.rs"]
-mod profiling;
-use browser::chromium;
+mod support;
 
-use common::{copy_tree, folded_map, postprocess_ok, read, tar_list, Scratch, PROFCPU};
-use dotnet::{build_app, dotnet_command, runtime_dir};
-use profiling::{exclusive, perf_record, perf_script_leaves, RunningApp};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
+use support::chromium::chromium;
+use support::dotnet::Dotnet;
+use support::golden::copy_tree;
+use support::perf::{perf_record, perf_script_leaves};
+use support::profcpu::{folded_map, plain_tar_extract, postprocess_ok, read, tar_list};
+use support::running_app::{exclusive, RunningApp};
+use support::scratch::Scratch;
+use support::{PROFCPU, START_TIMEOUT};
 
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Still the legacy runtime: the .NET 8 move of these tests comes with naming .NET 8 processes started without
+/// perf maps.
+const DOTNET: Dotnet = Dotnet::V3_1;
 const HOT_METHOD: &str = "Workload::SpinThreeQuarters";
 const COLD_METHOD: &str = "Workload::SpinOneQuarter";
 
 fn workload() -> PathBuf {
-    build_app(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/symbolize/Workload.cs"))
+    DOTNET.build_app(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/symbolize/Workload.cs"))
 }
 
 /// Starts the spin workload (perf map on) and waits until its methods are compiled.
 fn start_app() -> RunningApp {
-    RunningApp::start(dotnet_command(&runtime_dir(), &workload(), &["spin", "60"]), START_TIMEOUT)
+    RunningApp::start(DOTNET.command(&DOTNET.runtime_dir(), &workload(), &["spin", "60"]), START_TIMEOUT)
 }
 
 /// Stops the app and deletes what it left in /tmp, as a container's end would.
@@ -77,8 +75,7 @@ fn assert_spin_profile(folded: &str) {
 /// `cmd` in a private mount namespace where /tmp and the .NET runtime's folder are empty: a machine without the
 /// app's files.
 fn without_app_files(cmd: &[&str]) -> std::process::Output {
-    let runtime_root = runtime_dir().ancestors().nth(2).unwrap().to_path_buf(); // …/dotnetcore2-3.1.23
-    assert!(runtime_root.join("dotnetcore2/bin/dotnet").is_file(), "{}", runtime_root.display());
+    let runtime_root = DOTNET.runtime_dir();
     let script = r#"mount -t tmpfs none /tmp && mount -t tmpfs none "$1" && shift && exec "$@""#;
     let out = Command::new("unshare")
         .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh"])
@@ -130,7 +127,7 @@ fn a_moved_collection_regenerates_the_same_stacks_without_the_app_or_its_files()
     // "Another machine": the archive unpacked with plain tar into a fresh folder, processed where /tmp and the
     // runtime are empty and the app's PID is gone.
     let moved = scratch.join("moved");
-    common::plain_tar_extract(&c.run_dir.join("prof.tar.gz"), &moved);
+    plain_tar_extract(&c.run_dir.join("prof.tar.gz"), &moved);
     assert!(tar_list(&c.run_dir.join("prof.tar.gz")).iter().any(|n| n.starts_with("symbols/perf-")), "no perf map");
     let out = without_app_files(&[PROFCPU, "postprocess", "-dir", moved.to_str().unwrap()]);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -211,7 +208,7 @@ fn a_perf_record_of_the_app_gets_its_jit_frames_named() {
     // frames then lose their names, the JIT frames keep theirs).
     assert!(tar_list(&dir.join("prof.tar.gz")).contains(&format!("perf-{pid}.map")));
     let elsewhere = scratch.join("elsewhere");
-    common::plain_tar_extract(&dir.join("prof.tar.gz"), &elsewhere);
+    plain_tar_extract(&dir.join("prof.tar.gz"), &elsewhere);
     without_app_files(&[PROFCPU, "postprocess", "-dir", elsewhere.to_str().unwrap()]);
     let offline = read(&elsewhere.join("folded_stacks.out"));
     assert!((share(&offline, HOT_METHOD) - share(&live, HOT_METHOD)).abs() < 1e-9, "JIT names lost offline");

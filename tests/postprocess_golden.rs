@@ -8,11 +8,13 @@
 //! `PROFCPU_BLESS=1 cargo test --release --test postprocess_golden`. To re-record the collection itself:
 //! `tests/data/postprocess/record-golden.sh`.
 
-#[path = "postprocess_common.rs"]
-mod common;
+mod support;
 
-use common::*;
 use std::path::Path;
+use support::golden::*;
+use support::inferno;
+use support::profcpu::*;
+use support::scratch::Scratch;
 
 fn check_expected(name: &str, actual: &str) {
     let path = data_dir().join("expected").join(name);
@@ -103,12 +105,8 @@ fn inferno_collapse_of_the_regenerated_script_is_the_folded_file() {
     let script = read(&dir.join("perf_script.out"));
     let folded = read(&dir.join("folded_stacks.out"));
     assert!(folded.lines().count() >= 5);
-    assert_eq!(inferno_collapse(&script), folded, "inferno's collapse (library) disagrees");
-    if let Some(cli) = inferno_cli() {
-        let out = std::process::Command::new(&cli).arg(dir.join("perf_script.out")).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        assert_eq!(String::from_utf8(out.stdout).unwrap(), folded, "{} disagrees", cli.display());
-    }
+    assert_eq!(inferno::collapse(&script, 1), folded, "inferno's collapse (library) disagrees");
+    assert_eq!(inferno::collapse_cli(&dir.join("perf_script.out")), folded, "inferno-collapse-perf disagrees");
 }
 
 #[test]

@@ -3,12 +3,14 @@
 //! (exit 1, no panic, nothing written) or, when part of the file is readable, writes what it can and says in a
 //! warning how much it skipped.
 
-#[path = "postprocess_common.rs"]
-mod common;
+mod support;
 
-use common::*;
 use profcpu::perf_data::PerfDataReader;
 use std::path::{Path, PathBuf};
+use support::golden::*;
+use support::inferno;
+use support::profcpu::*;
+use support::scratch::Scratch;
 
 /// (data section offset, data section size, file length) of the golden perf.data.
 fn golden_layout() -> (u64, u64, u64) {
@@ -82,7 +84,7 @@ fn a_file_cut_in_its_data_yields_the_samples_before_the_cut_and_says_what_is_mis
         assert!(!samples.is_empty() && samples.len() < full_samples.len(), "{} samples", samples.len());
         assert!(samples.iter().all(|s| full_samples.contains(s)), "a sample that is not in the full recording");
         assert_eq!(run.top_samples(), samples.len() as u64);
-        assert_eq!(inferno_collapse(&script), read(&dir.join("folded_stacks.out")));
+        assert_eq!(inferno::collapse(&script, 1), read(&dir.join("folded_stacks.out")));
         assert!(dir.join("flamegraph.svg").is_file() && dir.join("prof.tar.gz").is_file());
         counts.push(samples.len());
     }

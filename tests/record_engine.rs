@@ -1,14 +1,17 @@
 //! The sampling engine against real processes and the real kernel interface: what lands in perf.data, read back with
 //! profcpu's own reader.
 
-mod record_support;
+mod support;
 
 use profcpu::perf_data::abi::{CONTEXT_MAX, MISC_KERNEL};
 use profcpu::perf_data::Record;
-use record_support::*;
 use std::collections::HashSet;
 use std::ops::Range;
 use std::sync::Mutex;
+use support::busy::*;
+use support::profcpu::*;
+use support::recording::*;
+use support::scratch::Scratch;
 
 /// Sampling tests run one at a time: parallel spinning targets on a small machine would starve each other and make
 /// the sample counts meaningless.
@@ -37,7 +40,8 @@ fn a_busy_process_is_sampled_in_its_known_function_and_only_its_threads() {
     // inheritance in -pid mode.
     let busy = Busy::start(&["--seconds", "30", "--late-thread-ms", "600"]);
     let pid = busy.info.pid;
-    let out = temp_dir("engine-pid");
+    let scratch = Scratch::new("engine-pid");
+    let out = scratch.path.clone();
     let before = monotonic_ns();
     let c = collect(&["-pid", &pid.to_string(), "-duration", "2", "-freq", "199", "-output", out.to_str().unwrap()]);
     let after = monotonic_ns();
@@ -124,7 +128,8 @@ fn a_busy_process_is_sampled_in_its_known_function_and_only_its_threads() {
 #[test]
 fn a_thread_started_after_collection_began_is_sampled() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = temp_dir("engine-late");
+    let scratch = Scratch::new("engine-late");
+    let out = scratch.path.clone();
     // Launched by profcpu: sampling starts at exec, the thread 800 ms later, the command exits after 2 s.
     let busy = busy_binary().to_str().unwrap();
     let c = collect(&[
@@ -163,7 +168,8 @@ fn all_mode_samples_every_process_and_synthesizes_them() {
     // may give no cpu-clock sample at all in 1.5 s).
     let online = profcpu::record::target::online_cpus().unwrap();
     let _others: Vec<Busy> = (1..online.len()).map(|_| Busy::start(&["--seconds", "30"])).collect();
-    let out = temp_dir("engine-all");
+    let scratch = Scratch::new("engine-all");
+    let out = scratch.path.clone();
     let c = collect(&["-all", "-duration", "1.5", "-output", out.to_str().unwrap()]);
     let rec = Recording::read(&c.perf_data());
     let pids: HashSet<u32> = rec.samples().map(|s| s.pid).collect();
@@ -186,7 +192,8 @@ fn all_mode_samples_every_process_and_synthesizes_them() {
 fn a_one_page_ring_wraps_constantly_and_every_loss_is_counted() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let busy = Busy::start(&["--seconds", "30", "--late-thread-ms", "0"]);
-    let out = temp_dir("engine-small-ring");
+    let scratch = Scratch::new("engine-small-ring");
+    let out = scratch.path.clone();
     // One data page per CPU at a high rate: records wrap around the ring constantly.
     let c = collect(&[
         "-pid",
@@ -220,7 +227,8 @@ fn threads_appearing_while_attaching_are_sampled_once() {
     // A new short-lived spinning thread every 3 ms: threads are created while profcpu lists and opens them, which
     // exercises re-listing and the inherited-event bookkeeping.
     let busy = Busy::start(&["--seconds", "30", "--churn-ms", "3"]);
-    let out = temp_dir("engine-churn");
+    let scratch = Scratch::new("engine-churn");
+    let out = scratch.path.clone();
     let c = collect(&[
         "-pid",
         &busy.info.pid.to_string(),

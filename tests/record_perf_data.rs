@@ -1,14 +1,15 @@
 //! perf.data round trips: what `PerfDataWriter` writes, `PerfDataReader` reads back unchanged, and Debian's perf
 //! accepts the file too.
 
-mod record_support;
+mod support;
 
 use perf_event_open_sys::bindings as abi;
 use profcpu::perf_data::abi::{CONTEXT_KERNEL, CONTEXT_USER, MISC_COMM_EXEC, MISC_KERNEL, MISC_USER};
 use profcpu::perf_data::header::HOST_PID;
 use profcpu::perf_data::*;
 use profcpu::record::SAMPLE_TYPE;
-use record_support::{perf, temp_dir};
+use support::perf::perf;
+use support::scratch::Scratch;
 
 fn attr(config: u64) -> Attr {
     let mut a = abi::perf_event_attr {
@@ -172,7 +173,8 @@ fn write(path: &std::path::Path) {
 
 #[test]
 fn every_record_kind_and_feature_reads_back_unchanged() {
-    let dir = temp_dir("perf-data-roundtrip");
+    let scratch = Scratch::new("perf-data-roundtrip");
+    let dir = scratch.path.clone();
     let path = dir.join("perf.data");
     write(&path);
 
@@ -198,7 +200,8 @@ fn every_record_kind_and_feature_reads_back_unchanged() {
 
 #[test]
 fn debian_perf_reads_the_file() {
-    let dir = temp_dir("perf-data-perf");
+    let scratch = Scratch::new("perf-data-perf");
+    let dir = scratch.path.clone();
     let path = dir.join("perf.data");
     write(&path);
     let header = perf(&["report", "-i", path.to_str().unwrap(), "--header-only"]);
@@ -233,7 +236,8 @@ fn debian_perf_reads_the_file() {
 
 #[test]
 fn an_unfinished_file_is_recognised_and_existing_paths_are_never_overwritten() {
-    let dir = temp_dir("perf-data-unfinished");
+    let scratch = Scratch::new("perf-data-unfinished");
+    let dir = scratch.path.clone();
     let path = dir.join("perf.data");
     let mut w = PerfDataWriter::create(&path, events()).unwrap();
     w.write_record(&records()[1]).unwrap();

@@ -4,21 +4,17 @@
 //!
 //! Set PROFCPU_KEEP_SVG=<dir> to keep the SVG and the screenshot in <dir>.
 
+mod support;
+
 use profcpu::report::flamegraph::{frame_color, write_svg, FlameOptions};
-use profcpu::report::folded::{fold, FoldOptions};
 use profcpu::report::metadata_txt::Metadata;
 use profcpu::report::Weight;
 use profcpu::symbolize::{FrameKind, ResolvedSample};
 use std::path::{Path, PathBuf};
-
 use std::time::Instant;
-
-#[path = "support/chromium.rs"]
-mod browser;
-#[path = "report_common.rs"]
-mod common;
-use browser::chromium;
-use common::{frame, jit, kernel, native, sample};
+use support::chromium::chromium;
+use support::fixtures::{frame, jit, kernel, native, sample, CORECLR, CORELIB};
+use support::report::render_weighted;
 
 /// A .NET-looking profile: 70% in `App::HotMethod`, the rest spread over other frames of every kind.
 fn profile() -> Vec<ResolvedSample> {
@@ -26,13 +22,13 @@ fn profile() -> Vec<ResolvedSample> {
     for i in 0..1000u64 {
         let base = vec![
             native("start_thread", "/usr/lib/x86_64-linux-gnu/libc.so.6", 0x7f20_0000_1234),
-            native("ThreadNative::KickOffThread(void*)", common::CORECLR, 0x7f30_0000_1000),
+            native("ThreadNative::KickOffThread(void*)", CORECLR, 0x7f30_0000_1000),
             jit("void [App] App.Server::Serve(class System.Net.Sockets.Socket)[OptimizedTier1]", 0x7f00_1000),
         ];
         let mut frames = base;
         match i % 10 {
             0..=6 => frames.push(jit("int64 [App] App.Work::HotMethod(int32)[OptimizedTier1]", 0x7f00_2000)),
-            7 => frames.push(frame(None, common::CORELIB, FrameKind::Unknown, 0x7f10_0045_5d12, 0x455d12)),
+            7 => frames.push(frame(None, CORELIB, FrameKind::Unknown, 0x7f10_0045_5d12, 0x455d12)),
             8 => {
                 frames.push(native("write", "/usr/lib/x86_64-linux-gnu/libc.so.6", 0x7f20_0000_2000));
                 frames.push(kernel("ksys_write", 0xffff_ffff_8120_0000));
@@ -75,7 +71,7 @@ fn work_dir(name: &str) -> PathBuf {
 }
 
 fn write_profile_svg(dir: &Path) -> (PathBuf, String) {
-    let folded = fold(&profile(), &FoldOptions { event: None, weight: Weight::Period });
+    let folded = render_weighted(&profile(), Weight::Period).profile.folded;
     let opts = FlameOptions::for_profile(&metadata(), Weight::Period);
     let path = dir.join("flamegraph.svg");
     let mut out = Vec::new();

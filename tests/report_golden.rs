@@ -5,41 +5,28 @@
 //! To regenerate the golden files after an intended format change: `PROFCPU_BLESS=1 cargo test --test report_golden`
 //! and review the diff.
 
-use inferno::collapse::perf::{Folder, Options as CollapseOptions};
-use inferno::collapse::Collapse;
-use profcpu::report::folded::{fold, FoldOptions};
-use profcpu::report::script::{write_perf_script, ScriptOptions};
+mod support;
+
+use profcpu::report::folded::{FoldOptions, Folder};
 use profcpu::report::{names, Weight};
 use profcpu::symbolize::{Frame, FrameKind, ResolvedSample};
 use std::path::PathBuf;
 use std::sync::Arc;
-
-#[path = "report_common.rs"]
-mod common;
-use common::golden_samples;
+use support::fixtures::{golden_samples, hostile_samples};
+use support::inferno;
+use support::report::render_weighted;
+use support::scratch::Scratch;
 
 fn data_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/report")
 }
 
 fn script_text(samples: &[ResolvedSample], weight: Weight) -> String {
-    let mut out = Vec::new();
-    write_perf_script(samples, &ScriptOptions { weight }, &mut out).unwrap();
-    String::from_utf8(out).unwrap()
+    render_weighted(samples, weight).script
 }
 
 fn folded_text(samples: &[ResolvedSample], weight: Weight) -> String {
-    let mut out = Vec::new();
-    fold(samples, &FoldOptions { event: None, weight }).write(&mut out).unwrap();
-    String::from_utf8(out).unwrap()
-}
-
-fn inferno_collapse(script: &str, nthreads: usize) -> String {
-    let mut options = CollapseOptions::default();
-    options.nthreads = nthreads;
-    let mut out = Vec::new();
-    Folder::from(options).collapse(script.as_bytes(), &mut out).unwrap();
-    String::from_utf8(out).unwrap()
+    render_weighted(samples, weight).folded()
 }
 
 fn check_golden(name: &str, actual: &str) {
@@ -71,7 +58,7 @@ fn inferno_collapse_of_our_script_is_our_folded_output() {
         let ours = folded_text(&samples, weight);
         assert!(ours.lines().count() >= 8, "too few stacks folded:\n{ours}");
         for nthreads in [1, 2] {
-            assert_eq!(inferno_collapse(&script, nthreads), ours, "{weight:?}, {nthreads} threads; script:\n{script}");
+            assert_eq!(inferno::collapse(&script, nthreads), ours, "{weight:?}, {nthreads} threads; script:\n{script}");
         }
     }
 }
@@ -79,15 +66,18 @@ fn inferno_collapse_of_our_script_is_our_folded_output() {
 #[test]
 fn samples_weight_counts_samples_and_period_weight_sums_periods() {
     let samples = golden_samples();
-    let by_samples = fold(&samples, &FoldOptions { event: None, weight: Weight::Samples });
-    let by_period = fold(&samples, &FoldOptions { event: None, weight: Weight::Period });
+    let by_samples = render_weighted(&samples, Weight::Samples).profile.folded;
+    let by_period = render_weighted(&samples, Weight::Period).profile.folded;
     // 12 samples: one without frames, one with only a dropped frame, one of another event.
     assert_eq!(by_samples.samples(), 9);
     assert_eq!(by_samples.total(), 9);
     assert_eq!(by_period.total(), 10_101_010 * 7 + 10_101_011 + 5_000_000);
     let fib = by_samples.stacks().iter().find(|(s, _)| s == "dotnet;main;int64 [App] App::Fib").unwrap();
     assert_eq!(fib.1, 1, "the QuickJitted sample");
-    let task_clock_only = fold(&samples, &FoldOptions { event: Some("task-clock".into()), weight: Weight::Period });
+    // A folder told which event to fold (as each thread's folder is told the whole graph's) takes only that one.
+    let mut folder = Folder::new(&FoldOptions { event: Some("task-clock".into()), weight: Weight::Period });
+    samples.iter().for_each(|s| folder.add(s));
+    let task_clock_only = folder.finish();
     assert_eq!(task_clock_only.stacks(), &[("dotnet;main;int64 [App] App::Fib".to_string(), 1)]);
 }
 
@@ -110,7 +100,7 @@ fn blank_symbols_are_named_by_module_and_offset_each() {
     samples.push(ResolvedSample { frames: frames(0x20).into(), ..samples[0].clone() });
     let folded = folded_text(&samples, Weight::Samples);
     assert_eq!(folded, "dotnet;libx.so+0x10 1\ndotnet;libx.so+0x20 1\n");
-    assert_eq!(inferno_collapse(&script_text(&samples, Weight::Samples), 1), folded);
+    assert_eq!(inferno::collapse(&script_text(&samples, Weight::Samples), 1), folded);
 }
 
 #[test]
@@ -148,7 +138,7 @@ fn trips_inferno_slicing_bug(label: &str) -> bool {
 
 #[test]
 fn inferno_agrees_on_randomly_assembled_hostile_names() {
-    let samples: Vec<ResolvedSample> = common::hostile_samples(3000)
+    let samples: Vec<ResolvedSample> = hostile_samples(3000)
         .into_iter()
         .filter(|s| !s.frames.iter().any(|f| trips_inferno_slicing_bug(&names::frame_label(f))))
         .collect();
@@ -156,7 +146,7 @@ fn inferno_agrees_on_randomly_assembled_hostile_names() {
     for weight in [Weight::Period, Weight::Samples] {
         let script = script_text(&samples, weight);
         let ours = folded_text(&samples, weight);
-        let theirs = inferno_collapse(&script, 1);
+        let theirs = inferno::collapse(&script, 1);
         if theirs != ours {
             let ours_lines: Vec<&str> = ours.lines().collect();
             let first_difference = theirs.lines().find(|l| !ours_lines.contains(l));
@@ -167,26 +157,9 @@ fn inferno_agrees_on_randomly_assembled_hostile_names() {
 }
 
 #[test]
-fn real_inferno_collapse_perf_cli_agrees_when_installed() {
-    // The library check above is the real test; this repeats it with the CLI when one is on PATH
-    // (`cargo install inferno`), as FlameScope-style pipelines run it.
-    // Set PROFCPU_REQUIRE_INFERNO_CLI=1 (as CI should, after `cargo install inferno --version 0.12.8`, ~30 s) to
-    // make a missing CLI a failure.
-    let Ok(output) = std::process::Command::new("inferno-collapse-perf").arg("--help").output() else {
-        assert!(
-            std::env::var_os("PROFCPU_REQUIRE_INFERNO_CLI").is_none(),
-            "inferno-collapse-perf is not on PATH: cargo install inferno --version 0.12.8"
-        );
-        eprintln!("note: inferno-collapse-perf not on PATH; the library comparison covers the format");
-        return;
-    };
-    assert!(output.status.success());
-    let dir = std::env::temp_dir().join(format!("profcpu-report-cli-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let script_path = dir.join("perf_script.out");
+fn the_inferno_collapse_perf_command_agrees() {
+    let scratch = Scratch::new("report-golden-cli");
+    let script_path = scratch.join("perf_script.out");
     std::fs::write(&script_path, script_text(&golden_samples(), Weight::Period)).unwrap();
-    let cli = std::process::Command::new("inferno-collapse-perf").arg(&script_path).output().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
-    assert_eq!(String::from_utf8(cli.stdout).unwrap(), folded_text(&golden_samples(), Weight::Period));
+    assert_eq!(inferno::collapse_cli(&script_path), folded_text(&golden_samples(), Weight::Period));
 }

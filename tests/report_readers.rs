@@ -5,12 +5,13 @@
 //! values we wrote.
 
 use profcpu::report::names;
-use profcpu::report::script::{write_perf_script, ScriptOptions};
 use profcpu::report::Weight;
 use profcpu::symbolize::ResolvedSample;
 
-#[path = "report_common.rs"]
-mod common;
+mod support;
+
+use support::fixtures::{golden_samples, hostile_samples};
+use support::report::render_weighted;
 
 #[derive(Debug, PartialEq)]
 struct Header {
@@ -145,9 +146,7 @@ fn flamescope_frame(line: &str) -> Option<(&str, &str)> {
 }
 
 fn check_readers(samples: &[ResolvedSample], weight: Weight) {
-    let mut out = Vec::new();
-    write_perf_script(samples, &ScriptOptions { weight }, &mut out).unwrap();
-    let text = String::from_utf8(out).unwrap();
+    let text = render_weighted(samples, weight).script;
     let blocks: Vec<&str> = text.split("\n\n").filter(|b| !b.is_empty()).collect();
     assert_eq!(blocks.len(), samples.len(), "one blank-line-separated block per sample");
     for (block, sample) in blocks.iter().zip(samples) {
@@ -189,13 +188,13 @@ fn check_readers(samples: &[ResolvedSample], weight: Weight) {
 #[test]
 fn perfview_and_flamescope_read_back_the_golden_profile() {
     for weight in [Weight::Period, Weight::Samples] {
-        check_readers(&common::golden_samples(), weight);
+        check_readers(&golden_samples(), weight);
     }
 }
 
 #[test]
 fn perfview_and_flamescope_read_back_hostile_names() {
-    check_readers(&common::hostile_samples(2000), Weight::Period);
+    check_readers(&hostile_samples(2000), Weight::Period);
 }
 
 #[test]

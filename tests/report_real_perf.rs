@@ -4,14 +4,14 @@
 //! binaries, perf itself, kernel threads). Read back into samples the way perf named them, our folded stacks must
 //! equal what `inferno-collapse-perf` makes of perf's own text, and of ours.
 
-use inferno::collapse::perf::Folder;
-use inferno::collapse::Collapse;
-use profcpu::report::folded::{fold, FoldOptions};
-use profcpu::report::script::{write_perf_script, ScriptOptions};
+mod support;
+
 use profcpu::report::Weight;
 use profcpu::symbolize::{Frame, FrameKind, ResolvedSample};
 use std::collections::HashMap;
 use std::sync::Arc;
+use support::inferno;
+use support::report::render_weighted;
 
 const DATA: &str = include_str!("data/report/real-perf-6.1.perf_script.txt");
 
@@ -70,12 +70,6 @@ fn parse(text: &str) -> Vec<ResolvedSample> {
     samples
 }
 
-fn inferno_collapse(text: &[u8]) -> String {
-    let mut out = Vec::new();
-    Folder::default().collapse(text, &mut out).unwrap();
-    String::from_utf8(out).unwrap()
-}
-
 #[test]
 fn our_folded_stacks_equal_inferno_on_perfs_own_output() {
     let samples = parse(DATA);
@@ -83,13 +77,9 @@ fn our_folded_stacks_equal_inferno_on_perfs_own_output() {
     assert!(samples.iter().any(|s| s.frames.iter().any(|f| f.kind == FrameKind::Jit)));
     assert!(samples.iter().any(|s| s.frames.iter().any(|f| f.kind == FrameKind::Kernel)));
 
-    let mut ours = Vec::new();
-    fold(&samples, &FoldOptions { event: None, weight: Weight::Period }).write(&mut ours).unwrap();
-    let ours = String::from_utf8(ours).unwrap();
-    assert_eq!(ours, inferno_collapse(DATA.as_bytes()), "perf script | inferno-collapse-perf differs from ours");
-
-    let mut script = Vec::new();
-    write_perf_script(&samples, &ScriptOptions { weight: Weight::Period }, &mut script).unwrap();
-    assert_eq!(inferno_collapse(&script), ours, "inferno-collapse-perf of our perf_script.out differs");
+    let rendered = render_weighted(&samples, Weight::Period);
+    let ours = rendered.folded();
+    assert_eq!(ours, inferno::collapse(DATA, 1), "perf script | inferno-collapse-perf differs from ours");
+    assert_eq!(inferno::collapse(&rendered.script, 1), ours, "inferno-collapse-perf of our perf_script.out differs");
     assert!(ours.contains(";JS:*fib /tmp/ptest/fib.js:1:13;JS:*fib"), "{ours}");
 }

@@ -3,21 +3,24 @@
 //! namespace, under its namespace PID; profcpu must find it through /proc/PID/root, and a capture must keep it after
 //! the container is gone.
 
-#[path = "support/dotnet.rs"]
-mod dotnet;
-#[path = "support/profiling.rs"]
-mod profiling;
-#[path = "support/scratch.rs"]
-mod scratch;
+mod support;
 
-use dotnet::{build_app, runtime_dir};
+use profcpu::report::names::frame_label;
+
 use profcpu::perf_data::PerfDataReader;
-use profcpu::symbolize::{symbolize_file, Capture, FrameKind, SymbolizeOptions, Symbolized};
-use profiling::{perf_record, RunningApp};
-use scratch::Scratch;
+use profcpu::symbolize::{Capture, FrameKind, SymbolizeOptions};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
+use support::dotnet::Dotnet;
+use support::perf::perf_record;
+use support::running_app::RunningApp;
+use support::scratch::Scratch;
+use support::symbolize::{name_samples, Named};
+
+/// Still the legacy runtime: the .NET 8 move of these tests comes with naming .NET 8 processes started without
+/// perf maps.
+const DOTNET: Dotnet = Dotnet::V3_1;
 
 /// The host PID of the namespace's first process (the app): the child of `unshare --fork`.
 fn child_of(pid: u32) -> u32 {
@@ -38,7 +41,7 @@ fn nspid_of(pid: u32) -> u32 {
     line.split_whitespace().last().unwrap().parse().unwrap()
 }
 
-fn jit_leaf_names(out: &Symbolized, module: &str) -> (usize, usize) {
+fn jit_leaf_names(out: &Named, module: &str) -> (usize, usize) {
     let jit: Vec<_> = out.samples.iter().map(|s| &s.frames[0]).filter(|f| f.kind == FrameKind::Jit).collect();
     let named = jit.iter().filter(|f| f.symbol.is_some() && f.module.as_ref() == module).count();
     (named, jit.len())
@@ -46,8 +49,8 @@ fn jit_leaf_names(out: &Symbolized, module: &str) -> (usize, usize) {
 
 #[test]
 fn jit_frames_of_an_app_in_its_own_namespaces_are_named_from_outside() {
-    let runtime = runtime_dir();
-    let dll = build_app(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/symbolize/Workload.cs"));
+    let runtime = DOTNET.runtime_dir();
+    let dll = DOTNET.build_app(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/symbolize/Workload.cs"));
     let scratch = Scratch::new("symbolize-container");
     let mut cmd = Command::new("unshare");
     cmd.args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private", "sh", "-c"])
@@ -79,7 +82,7 @@ fn jit_frames_of_an_app_in_its_own_namespaces_are_named_from_outside() {
     }
     recorder.join().expect("perf record failed");
     let reader = PerfDataReader::open(&data).unwrap();
-    let live = symbolize_file(&reader, &SymbolizeOptions::live()).unwrap();
+    let live = name_samples(&reader, &SymbolizeOptions::live()).unwrap();
 
     // Nothing of the app is visible in the host's /tmp: the names can only have come from inside.
     for host_file in
@@ -105,9 +108,9 @@ fn jit_frames_of_an_app_in_its_own_namespaces_are_named_from_outside() {
     }
     let summary = capture.finish(&reader).unwrap();
     assert_eq!(summary.perf_maps, 1);
-    let offline = symbolize_file(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
+    let offline = name_samples(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
     let (named_offline, jit_offline) = jit_leaf_names(&offline, &inner_map);
     assert_eq!((named_offline, jit_offline), (named, jit));
-    let names = |out: &Symbolized| out.samples.iter().map(|s| s.frames[0].display_name()).collect::<Vec<_>>();
+    let names = |out: &Named| out.samples.iter().map(|s| frame_label(&s.frames[0]).into_owned()).collect::<Vec<_>>();
     assert_eq!(names(&offline), names(&live));
 }

@@ -2,26 +2,28 @@
 //! named from the runtime's perf map with the shares the workload implies, libcoreclr named from a split debug
 //! file laid out as dotnet-symbol does, and a target that exits before symbolization named from a capture.
 
-#[path = "support/dotnet.rs"]
-mod dotnet;
-#[path = "support/profiling.rs"]
-mod profiling;
-#[path = "support/scratch.rs"]
-mod scratch;
+mod support;
 
-use dotnet::{build_app, dotnet_command, framework_dir, runtime_dir};
+use profcpu::report::names::frame_label;
+
 use profcpu::perf_data::PerfDataReader;
-use profcpu::symbolize::{symbolize_file, Capture, FrameKind, ResolvedSample, SymbolizeOptions, Symbolized};
-use profiling::{exclusive, perf_record, perf_script_leaves, RunningApp};
-use scratch::Scratch;
+use profcpu::symbolize::{Capture, FrameKind, ResolvedSample, SymbolizeOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
+use support::dotnet::Dotnet;
+use support::perf::{perf_record, perf_script_leaves};
+use support::running_app::{exclusive, RunningApp};
+use support::scratch::Scratch;
+use support::symbolize::{name_samples, Named};
+use support::START_TIMEOUT;
 
-const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Still the legacy runtime: the .NET 8 move of these tests comes with naming .NET 8 processes started without
+/// perf maps.
+const DOTNET: Dotnet = Dotnet::V3_1;
 
 fn workload() -> PathBuf {
-    build_app(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/symbolize/Workload.cs"))
+    DOTNET.build_app(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/symbolize/Workload.cs"))
 }
 
 /// Removes the runtime's files in /tmp for a finished test process.
@@ -34,12 +36,12 @@ fn leaf(s: &ResolvedSample) -> &profcpu::symbolize::Frame {
     s.frames.first().expect("every sample has a frame")
 }
 
-fn share(out: &Symbolized, pred: impl Fn(&ResolvedSample) -> bool) -> f64 {
+fn share(out: &Named, pred: impl Fn(&ResolvedSample) -> bool) -> f64 {
     out.samples.iter().filter(|s| pred(s)).count() as f64 / out.samples.len().max(1) as f64
 }
 
 /// Checks of the "spin" workload: JIT leaves named from `map_module`, split about 3:1.
-fn assert_spin_profile(out: &Symbolized, map_module: &str) {
+fn assert_spin_profile(out: &Named, map_module: &str) {
     let n = out.samples.len();
     // 999 Hz for 3 s gives ~1800 here (cpu-clock ticks at ~600 Hz on this VM); far fewer means a starved run.
     assert!(n >= 300, "only {n} samples in 3 s");
@@ -79,15 +81,15 @@ fn assert_spin_profile(out: &Symbolized, map_module: &str) {
 #[test]
 fn jit_methods_are_named_from_the_perf_map_with_the_expected_shares() {
     let _cpu = exclusive();
-    let runtime = runtime_dir();
+    let runtime = DOTNET.runtime_dir();
     let dll = workload();
     let scratch = Scratch::new("symbolize-dotnet-perfmap");
-    let mut app = RunningApp::start(dotnet_command(&runtime, &dll, &["spin", "60"]), START_TIMEOUT);
+    let mut app = RunningApp::start(DOTNET.command(&runtime, &dll, &["spin", "60"]), START_TIMEOUT);
     let pid = app.pid();
     let data = scratch.join("perf.data");
     perf_record(pid, 3.0, &data);
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = symbolize_file(&reader, &SymbolizeOptions::live()).unwrap();
+    let out = name_samples(&reader, &SymbolizeOptions::live()).unwrap();
     // perf itself, reading the same perf map (so before the process and its map go), is the oracle for leaves.
     let oracle = perf_script_leaves(&data);
     app.kill();
@@ -125,12 +127,12 @@ fn jit_methods_are_named_from_the_perf_map_with_the_expected_shares() {
 
 /// A copy of the runtime (hard links) whose libcoreclr.so is stripped; returns (runtime dir, full debug file).
 fn stripped_runtime(scratch: &Scratch) -> (PathBuf, PathBuf) {
-    let original = runtime_dir();
+    let original = DOTNET.runtime_dir();
     let copy = scratch.join("runtime");
     let ok = Command::new("cp").arg("-al").arg(&original).arg(&copy).status().unwrap().success()
         || Command::new("cp").arg("-a").arg(&original).arg(&copy).status().unwrap().success();
     assert!(ok, "cannot copy the runtime");
-    let lib = framework_dir(&copy).join("libcoreclr.so");
+    let lib = DOTNET.framework_dir(&copy).join("libcoreclr.so");
     let debug = scratch.join("libcoreclr.so.dbg");
     let run = |args: &[&std::ffi::OsStr]| {
         let out = Command::new(args[0]).args(&args[1..]).output().unwrap();
@@ -157,7 +159,7 @@ fn build_id(file: &Path) -> String {
 }
 
 /// Names of the frames in `lib`, in sample order.
-fn frames_in<'a>(out: &'a Symbolized, lib: &'a str) -> impl Iterator<Item = &'a profcpu::symbolize::Frame> + 'a {
+fn frames_in<'a>(out: &'a Named, lib: &'a str) -> impl Iterator<Item = &'a profcpu::symbolize::Frame> + 'a {
     out.samples.iter().flat_map(|s| s.frames.iter()).filter(move |f| f.module.as_ref() == lib)
 }
 
@@ -166,7 +168,7 @@ fn stripped_coreclr_is_named_from_a_dotnet_symbol_debug_file() {
     let _cpu = exclusive();
     let scratch = Scratch::new("symbolize-dotnet-debuglink");
     let (runtime, debug) = stripped_runtime(&scratch);
-    let fw = framework_dir(&runtime);
+    let fw = DOTNET.framework_dir(&runtime);
     let lib = fw.join("libcoreclr.so");
 
     // dotnet-symbol's layout under a -symbols root: <root>/<runtime dir>/libcoreclr.so.dbg.
@@ -187,13 +189,13 @@ fn stripped_coreclr_is_named_from_a_dotnet_symbol_debug_file() {
     assert!(out.status.success());
 
     let dll = workload();
-    let mut app = RunningApp::start(dotnet_command(&runtime, &dll, &["alloc", "60"]), START_TIMEOUT);
+    let mut app = RunningApp::start(DOTNET.command(&runtime, &dll, &["alloc", "60"]), START_TIMEOUT);
     let pid = app.pid();
     let data = scratch.join("perf.data");
     perf_record(pid, 3.0, &data);
     let reader = PerfDataReader::open(&data).unwrap();
     let symbolize = |roots: Vec<PathBuf>| {
-        symbolize_file(&reader, &SymbolizeOptions { debug_roots: roots, ..SymbolizeOptions::live() }).unwrap()
+        name_samples(&reader, &SymbolizeOptions { debug_roots: roots, ..SymbolizeOptions::live() }).unwrap()
     };
     let plain = symbolize(vec![]);
     let with_path = symbolize(vec![by_path.clone()]);
@@ -217,7 +219,7 @@ fn stripped_coreclr_is_named_from_a_dotnet_symbol_debug_file() {
         assert!(gc as f64 >= 0.2 * total as f64, "{how}: only {gc} of {total} coreclr frames in the GC");
         assert!(frames_in(out, lib).all(|f| f.kind == FrameKind::Native));
     }
-    let names = |out: &Symbolized| frames_in(out, lib).map(|f| f.display_name()).collect::<Vec<_>>();
+    let names = |out: &Named| frames_in(out, lib).map(|f| frame_label(f).into_owned()).collect::<Vec<_>>();
     assert_eq!(names(&with_path), names(&with_id), "both layouts must find the same file");
     // Without the debug file only .dynsym is left (the decoy is rejected): the GC's internal functions stay unnamed.
     assert!(
@@ -231,10 +233,10 @@ fn stripped_coreclr_is_named_from_a_dotnet_symbol_debug_file() {
 #[test]
 fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     let _cpu = exclusive();
-    let runtime = runtime_dir();
+    let runtime = DOTNET.runtime_dir();
     let dll = workload();
     let scratch = Scratch::new("symbolize-dotnet-exited");
-    let mut app = RunningApp::start(dotnet_command(&runtime, &dll, &["spin", "60"]), START_TIMEOUT);
+    let mut app = RunningApp::start(DOTNET.command(&runtime, &dll, &["spin", "60"]), START_TIMEOUT);
     let pid = app.pid();
     let out_dir = scratch.join("out");
     std::fs::create_dir(&out_dir).unwrap();
@@ -273,14 +275,14 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
         summary.finish_time
     );
 
-    let offline = symbolize_file(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
+    let offline = name_samples(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
     assert!(offline.stats.warnings.is_empty(), "{:?}", offline.stats.warnings);
     assert_spin_profile(&offline, &format!("/tmp/perf-{pid}.map"));
     // Offline names equal the ones made while collecting, frame for frame.
     let all = |samples: &[ResolvedSample]| {
         samples
             .iter()
-            .map(|s| s.frames.iter().map(|f| (f.display_name(), f.kind)).collect::<Vec<_>>())
+            .map(|s| s.frames.iter().map(|f| (frame_label(f).into_owned(), f.kind)).collect::<Vec<_>>())
             .collect::<Vec<_>>()
     };
     assert_eq!(all(&offline.samples), all(&live));

@@ -2,23 +2,24 @@
 //! and maps it, which is how the recording points at it. No perf map is written (no `--perf-basic-prof`), so every
 //! JS name must come from the jitdump; a capture copies the dump for offline use.
 
-#[path = "support/profiling.rs"]
-mod profiling;
-#[path = "support/scratch.rs"]
-mod scratch;
-
 use profcpu::perf_data::PerfDataReader;
-use profcpu::symbolize::{symbolize_file, Capture, FrameKind, SymbolizeOptions, Symbolized};
-use profiling::{perf_record, RunningApp};
-use scratch::Scratch;
+mod support;
+
+use profcpu::report::names::frame_label;
+
+use profcpu::symbolize::{Capture, FrameKind, SymbolizeOptions};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
+use support::perf::perf_record;
+use support::running_app::RunningApp;
+use support::scratch::Scratch;
+use support::symbolize::{name_samples, Named};
 
 const HOT: &str = "hotLoopForProfcpu";
 
 /// Share of samples whose leaf is the hot JS function named from `dump`.
-fn hot_share(out: &Symbolized, dump: &str) -> f64 {
+fn hot_share(out: &Named, dump: &str) -> f64 {
     let hot = out
         .samples
         .iter()
@@ -66,7 +67,7 @@ fn hot_js_function_is_named_from_the_jitdump() {
     // latest. Let node finish, then name from the complete file (read on the host: the process is gone).
     app.wait_for_line("done", Duration::from_secs(30));
     app.child.wait().unwrap();
-    let live = symbolize_file(&reader, &SymbolizeOptions::live()).unwrap();
+    let live = name_samples(&reader, &SymbolizeOptions::live()).unwrap();
     assert!(live.stats.warnings.is_empty(), "{:?}", live.stats.warnings);
     assert!(live.samples.len() >= 300, "only {} samples in 3 s", live.samples.len());
     let share = hot_share(&live, &dump);
@@ -80,10 +81,13 @@ fn hot_js_function_is_named_from_the_jitdump() {
     std::fs::remove_file(&dump).unwrap();
     let summary = capture.finish(&reader).unwrap();
     assert_eq!((summary.perf_maps, summary.jitdumps), (0, 1));
-    let offline = symbolize_file(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
+    let offline = name_samples(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
     assert!(offline.stats.warnings.is_empty(), "{:?}", offline.stats.warnings);
-    let names = |out: &Symbolized| {
-        out.samples.iter().map(|s| s.frames.iter().map(|f| f.display_name()).collect::<Vec<_>>()).collect::<Vec<_>>()
+    let names = |out: &Named| {
+        out.samples
+            .iter()
+            .map(|s| s.frames.iter().map(|f| frame_label(f).into_owned()).collect::<Vec<_>>())
+            .collect::<Vec<_>>()
     };
     assert_eq!(names(&offline), names(&live));
 }

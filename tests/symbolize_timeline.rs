@@ -8,25 +8,13 @@ use profcpu::perf_data::abi::{SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_IP, SAMPLE_PE
 use profcpu::perf_data::{
     Attr, Comm, EventDesc, Features, Mmap, PerfDataReader, PerfDataWriter, Record, Sample, SampleId, Task,
 };
-use profcpu::symbolize::{symbolize_file, FrameKind, ResolvedSample, SymbolizeOptions};
+mod support;
+
+use profcpu::report::names::frame_label;
+use profcpu::symbolize::{FrameKind, ResolvedSample, SymbolizeOptions};
 use std::path::{Path, PathBuf};
-
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let p = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(p.join("symbols")).unwrap();
-        Scratch(p)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use support::scratch::Scratch;
+use support::symbolize::name_samples;
 
 fn cpu_clock_attr() -> Attr {
     let mut b = vec![0u8; 128];
@@ -182,16 +170,17 @@ fn write_symbols(dir: &Path, kernel: &str) {
 }
 
 fn names(s: &ResolvedSample) -> Vec<String> {
-    s.frames.iter().map(|f| f.display_name()).collect()
+    s.frames.iter().map(|f| frame_label(f).into_owned()).collect()
 }
 
 #[test]
 fn recorded_state_over_time_names_every_frame() {
     let scratch = Scratch::new("symbolize-timeline");
-    let data = recording(&scratch.0);
-    write_symbols(&scratch.0, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
+    std::fs::create_dir_all(scratch.join("symbols")).unwrap();
+    let data = recording(&scratch.path);
+    write_symbols(&scratch.path, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+    let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
     assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
     let by_time = |pid: u32, tid: u32, t: u64| {
         out.samples
@@ -277,6 +266,7 @@ fn recorded_state_over_time_names_every_frame() {
 #[test]
 fn repeated_callchains_share_a_stack_while_their_names_hold() {
     let scratch = Scratch::new("symbolize-shared-stacks");
+    std::fs::create_dir_all(scratch.join("symbols")).unwrap();
     let chain = [U, 0x30010, 0x10010];
     let records = vec![
         comm(0, 300, 300, "node", false),
@@ -293,18 +283,18 @@ fn repeated_callchains_share_a_stack_while_their_names_hold() {
         mmap(300, 300, 0x10000, 0x1000, 0, 82, "/opt/app/other.so"),
         sample(310, 300, 300, &chain),
     ];
-    let data = scratch.0.join("perf.data");
+    let data = scratch.path.join("perf.data");
     write_perf_data(&data, &records);
-    write_symbols(&scratch.0, "");
+    write_symbols(&scratch.path, "");
     std::fs::write(
-        scratch.0.join("symbols/dsos.txt"),
+        scratch.path.join("symbols/dsos.txt"),
         "dso-0.syms 8:1:81 - /opt/app/lib.so\ndso-1.syms 8:1:82 - /opt/app/other.so\n",
     )
     .unwrap();
-    std::fs::write(scratch.0.join("symbols/dso-0.syms"), "0 100 in_lib\n").unwrap();
-    std::fs::write(scratch.0.join("symbols/dso-1.syms"), "0 100 in_other\n").unwrap();
+    std::fs::write(scratch.path.join("symbols/dso-0.syms"), "0 100 in_lib\n").unwrap();
+    std::fs::write(scratch.path.join("symbols/dso-1.syms"), "0 100 in_other\n").unwrap();
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+    let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
     assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
 
     let named: Vec<(u64, Vec<String>, u64)> = out.samples.iter().map(|s| (s.time, names(s), s.frames.id())).collect();
@@ -332,10 +322,11 @@ fn repeated_callchains_share_a_stack_while_their_names_hold() {
 #[test]
 fn hidden_kernel_symbols_show_as_kernel_with_a_notice() {
     let scratch = Scratch::new("symbolize-hidden-kernel");
-    let data = recording(&scratch.0);
-    write_symbols(&scratch.0, "# profcpu captured kernel symbols\n# hidden\n");
+    std::fs::create_dir_all(scratch.join("symbols")).unwrap();
+    let data = recording(&scratch.path);
+    write_symbols(&scratch.path, "# profcpu captured kernel symbols\n# hidden\n");
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+    let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
     let s = out.samples.iter().find(|s| s.time == 10).unwrap();
     assert_eq!(names(s)[..2], ["[kernel]", "[kernel]"]);
     assert_eq!(out.stats.warnings.len(), 1, "{:?}", out.stats.warnings);
@@ -345,9 +336,10 @@ fn hidden_kernel_symbols_show_as_kernel_with_a_notice() {
 #[test]
 fn offline_without_captured_files_keeps_modules() {
     let scratch = Scratch::new("symbolize-bare-offline");
-    let data = recording(&scratch.0);
+    std::fs::create_dir_all(scratch.join("symbols")).unwrap();
+    let data = recording(&scratch.path);
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+    let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
     let s = out.samples.iter().find(|s| s.time == 20).unwrap();
     assert_eq!(
         names(s),
@@ -367,9 +359,10 @@ fn offline_without_captured_files_keeps_modules() {
 fn bad_symbols_dir_is_one_clear_error() {
     let err = SymbolizeOptions::offline("/nonexistent/symbols");
     let scratch = Scratch::new("symbolize-bad-dir");
-    let data = recording(&scratch.0);
+    std::fs::create_dir_all(scratch.join("symbols")).unwrap();
+    let data = recording(&scratch.path);
     let reader = PerfDataReader::open(&data).unwrap();
-    let e = symbolize_file(&reader, &err).unwrap_err();
+    let e = name_samples(&reader, &err).unwrap_err();
     assert!(format!("{e:#}").contains("/nonexistent/symbols"), "{e:#}");
 }
 
@@ -404,7 +397,8 @@ fn random_records_never_panic() {
     // Hostile or garbage recordings (overlapping maps at the edges of the address space, forks of unknown
     // processes, callchains full of markers) must symbolize without a panic.
     let scratch = Scratch::new("symbolize-random-records");
-    write_symbols(&scratch.0, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
+    std::fs::create_dir_all(scratch.join("symbols")).unwrap();
+    write_symbols(&scratch.path, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
     let mut rng = Rng(0x9e3779b97f4a7c15);
     for round in 0..20 {
         let mut records = Vec::new();
@@ -425,10 +419,10 @@ fn random_records_never_panic() {
                 }
             });
         }
-        let path = scratch.0.join(format!("random-{round}.data"));
+        let path = scratch.path.join(format!("random-{round}.data"));
         write_perf_data(&path, &records);
         let reader = PerfDataReader::open(&path).unwrap();
-        let out = symbolize_file(&reader, &SymbolizeOptions::offline(scratch.0.join("symbols"))).unwrap();
+        let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
         assert!(out.samples.iter().all(|s| !s.frames.is_empty()));
     }
 }

@@ -1,7 +1,7 @@
 //! Deflate (RFC 1951) for the archive, in segments that are compressed independently and joined: each segment
 //! starts on a byte boundary and ends with a sync flush (an empty stored block), no segment refers back into
 //! another, and one final empty block ends the stream, so segments can be made on different threads, in any order,
-//! and written one after the other. The gzip member's CRC-32 is joined from the segments' ([`Checksum`]).
+//! and written one after the other. The gzip member's CRC-32 is joined from the segments' (`crc32fast::Hasher::combine`).
 //!
 //! Two encoders:
 //! - [`RepeatDeflater`] for perf_script.out: that text is mostly repeats (the same stacks sample after sample), and
@@ -13,10 +13,9 @@
 //!   output about as large.
 //! - [`deflate_segment`] (miniz, a normal compressor) for everything else (perf.data, the small text files).
 
-use super::checksum::{crc_shift, Checksum};
 use crate::repeats::{RepeatedText, Span};
+use crc32fast::Hasher as Crc;
 use flate2::{Compress, Compression, FlushCompress};
-use rustc_hash::FxHashMap;
 use std::collections::VecDeque;
 
 /// Farthest a match may point back.
@@ -28,14 +27,14 @@ const SLOT_BITS: u32 = 13;
 
 /// Little-endian bit packing, as deflate stores everything but Huffman codes (those are given here already
 /// bit-reversed).
-pub struct BitWriter {
+struct BitWriter {
     out: Vec<u8>,
     acc: u64,
     bits: u32,
 }
 
 impl BitWriter {
-    pub fn new() -> Self {
+    fn new() -> Self {
         BitWriter { out: Vec::with_capacity(1 << 16), acc: 0, bits: 0 }
     }
 
@@ -391,9 +390,7 @@ pub struct RepeatDeflater {
     pos: u64,
     own: OwnText,
     placed: Placed,
-    crc: Checksum,
-    /// CRC-32 of each stack text and its [`crc_shift`] factor, by the id of the text's first rest.
-    stack_crcs: FxHashMap<u64, (Checksum, u32)>,
+    crc: Crc,
 }
 
 impl Default for RepeatDeflater {
@@ -409,7 +406,7 @@ impl RepeatDeflater {
         bits.put(0b010, 3);
         let own = OwnText { bytes: Vec::new(), start: 0, runs: VecDeque::new(), last: vec![(0, 0); 1 << SLOT_BITS] };
         let placed = Placed { slots: vec![(0, 0); 1 << SLOT_BITS] };
-        RepeatDeflater { bits, pos: 0, own, placed, crc: Checksum::default(), stack_crcs: FxHashMap::default() }
+        RepeatDeflater { bits, pos: 0, own, placed, crc: Crc::new() }
     }
 
     /// Encodes the next piece of text; `spans` cover it exactly (a span with parts counts once).
@@ -426,7 +423,7 @@ impl RepeatDeflater {
     pub fn feed_stack(&mut self, stack: &RepeatedText) {
         let t = tables();
         let text = &stack.text[..];
-        self.add_to_crc(stack);
+        self.crc.update(text);
         let start = self.pos;
         let mut pending = Pending::default();
         let mut at = 0usize;
@@ -480,22 +477,6 @@ impl RepeatDeflater {
         self.own.forget_before(self.pos.saturating_sub(WINDOW as u64));
     }
 
-    /// The CRC-32 of a stack text is worked out once; each occurrence then costs one multiplication.
-    fn add_to_crc(&mut self, stack: &RepeatedText) {
-        let Some(first) = stack.lines.first().filter(|l| l.rest != 0) else {
-            self.crc.update(&stack.text);
-            return;
-        };
-        if self.stack_crcs.len() >= STACK_CRCS_KEPT {
-            self.stack_crcs.clear();
-        }
-        let (crc, shift) = self
-            .stack_crcs
-            .entry(first.rest)
-            .or_insert_with(|| (Checksum::of(&stack.text), crc_shift(stack.text.len())));
-        self.crc.append(crc, *shift);
-    }
-
     /// A piece at stream position `pos`: a match when placed within the window before, else literals.
     fn put_piece(&mut self, key: u64, pos: u64, bytes: &[u8]) {
         match self.placed.distance(key, pos) {
@@ -511,7 +492,7 @@ impl RepeatDeflater {
     }
 
     /// Ends the segment (byte-aligned); returns the remaining bytes and the CRC of everything fed.
-    pub fn finish(mut self) -> (Vec<u8>, Checksum) {
+    pub fn finish(mut self) -> (Vec<u8>, Crc) {
         let eob = tables().end_of_block;
         self.bits.put(eob.bits, eob.len);
         sync_flush(&mut self.bits);
@@ -519,11 +500,8 @@ impl RepeatDeflater {
     }
 }
 
-/// Stack CRCs kept before the table starts over.
-const STACK_CRCS_KEPT: usize = 1 << 16;
-
 /// A segment compressed by miniz (`level`), ending with a sync flush; returns it with the CRC of its input.
-pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, Checksum) {
+pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, Crc) {
     let mut d = Deflater::new(level);
     for part in parts {
         d.feed(part);
@@ -534,13 +512,13 @@ pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &
 /// [`deflate_segment`] fed piece by piece.
 pub struct Deflater {
     compress: Compress,
-    crc: Checksum,
+    crc: Crc,
     out: Vec<u8>,
 }
 
 impl Deflater {
     pub fn new(level: Compression) -> Self {
-        Deflater { compress: Compress::new(level, false), crc: Checksum::default(), out: Vec::with_capacity(1 << 16) }
+        Deflater { compress: Compress::new(level, false), crc: Crc::new(), out: Vec::with_capacity(1 << 16) }
     }
 
     pub fn feed(&mut self, part: &[u8]) {
@@ -556,7 +534,7 @@ impl Deflater {
         }
     }
 
-    pub fn finish(mut self) -> (Vec<u8>, Checksum) {
+    pub fn finish(mut self) -> (Vec<u8>, Crc) {
         loop {
             self.out.reserve(1024);
             let before = self.compress.total_out();
@@ -646,7 +624,7 @@ mod tests {
             out.extend(tail);
             let decoded = inflate(&join(std::slice::from_ref(&out)));
             assert!(decoded == text, "seed {seed}: round trip differs");
-            assert_eq!(crc, Checksum::of(&text));
+            assert_eq!(crc.finalize(), crc32fast::hash(&text));
             assert!(out.len() < text.len() / 2, "seed {seed}: {} of {} bytes", out.len(), text.len());
         }
     }

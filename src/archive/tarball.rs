@@ -5,10 +5,10 @@
 //! is known, so its tar header goes into a stored block that is rewritten in place at the end. Every other entry
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
-use super::checksum::Checksum;
 use super::deflate::{deflate_segment, stored_block, Deflater, FINAL_BLOCK};
 use crate::new_file;
 use anyhow::{Context, Result};
+use crc32fast::Hasher as Crc;
 use flate2::Compression;
 use std::fs::File;
 use std::io::Write;
@@ -69,7 +69,9 @@ pub fn now() -> u64 {
 /// One compressed piece of the archive and what it decompresses to.
 pub struct Segment {
     pub compressed: Vec<u8>,
-    pub crc: Checksum,
+    pub crc: Crc,
+    /// Bytes it decompresses to.
+    pub len: u64,
 }
 
 impl Segment {
@@ -92,7 +94,7 @@ impl Segment {
         }
         d.feed(padding(len));
         let (compressed, crc) = d.finish();
-        Ok(Segment { compressed, crc })
+        Ok(Segment { compressed, crc, len: BLOCK as u64 + len + padding(len).len() as u64 })
     }
 
     /// A segment of whole entries (header, content, padding each), ending the archive if `last`.
@@ -112,8 +114,9 @@ impl Segment {
             [&header[..], content, padding(content.len() as u64)]
         });
         let end: &[u8] = if last { end_of_archive() } else { &[] };
+        let len = parts.clone().chain([end]).map(|p| p.len() as u64).sum();
         let (compressed, crc) = deflate_segment(level, parts.chain([end]));
-        Ok(Segment { compressed, crc })
+        Ok(Segment { compressed, crc, len })
     }
 }
 
@@ -122,8 +125,9 @@ pub struct Tarball {
     path: PathBuf,
     /// Where the streamed entry's header (the payload of a stored block) lies in the file.
     first_header_at: u64,
-    /// The CRC of everything after that header.
-    crc_after_header: Checksum,
+    /// The CRC and length of everything after that header.
+    crc_after_header: Crc,
+    len_after_header: u64,
 }
 
 impl Tarball {
@@ -135,7 +139,7 @@ impl Tarball {
             .and_then(|()| file.write_all(&placeholder))
             .with_context(|| format!("cannot write {}", path.display()))?;
         let first_header_at = (GZIP_HEADER.len() + placeholder.len() - BLOCK) as u64;
-        Ok(Tarball { file, path: path.to_owned(), first_header_at, crc_after_header: Checksum::default() })
+        Ok(Tarball { file, path: path.to_owned(), first_header_at, crc_after_header: Crc::new(), len_after_header: 0 })
     }
 
     /// Appends compressed bytes of the streamed entry (their CRC is given at [`end_streamed`](Self::end_streamed)).
@@ -144,12 +148,13 @@ impl Tarball {
     }
 
     /// Ends the streamed entry: its last compressed bytes, the CRC and length of its content, and the padding.
-    pub fn end_streamed(&mut self, compressed: &[u8], content_crc: &Checksum, content_len: u64) -> Result<()> {
+    pub fn end_streamed(&mut self, compressed: &[u8], content_crc: &Crc, content_len: u64) -> Result<()> {
         self.write_streamed(compressed)?;
         self.crc_after_header.combine(content_crc);
         let pad = padding(content_len);
+        self.len_after_header += content_len + pad.len() as u64;
         if !pad.is_empty() {
-            self.crc_after_header.combine(&Checksum::of(pad));
+            self.crc_after_header.update(pad);
             self.write_streamed(&stored_block(pad))?;
         }
         Ok(())
@@ -157,18 +162,20 @@ impl Tarball {
 
     pub fn append(&mut self, segment: &Segment) -> Result<()> {
         self.crc_after_header.combine(&segment.crc);
+        self.len_after_header += segment.len;
         self.file.write_all(&segment.compressed).with_context(|| format!("cannot write {}", self.path.display()))
     }
 
     /// Writes the end of the stream, the gzip trailer, and the streamed entry's real header over the reserved one.
     pub fn finish(mut self, first_header: &[u8; BLOCK]) -> Result<()> {
         let ctx = || format!("cannot write {}", self.path.display());
-        let mut crc = Checksum::of(first_header);
+        let mut crc = Crc::new();
+        crc.update(first_header);
         crc.combine(&self.crc_after_header);
         self.file.write_all(&FINAL_BLOCK).with_context(ctx)?;
         // ISIZE is the length modulo 2^32.
-        let mut trailer = crc.value().to_le_bytes().to_vec();
-        trailer.extend_from_slice(&(crc.len() as u32).to_le_bytes());
+        let mut trailer = crc.clone().finalize().to_le_bytes().to_vec();
+        trailer.extend_from_slice(&((BLOCK as u64 + self.len_after_header) as u32).to_le_bytes());
         self.file.write_all(&trailer).with_context(ctx)?;
         self.file.write_all_at(first_header, self.first_header_at).with_context(ctx)?;
         Ok(())

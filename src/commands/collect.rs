@@ -6,7 +6,7 @@ use crate::cli::CollectArgs;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::record::{self, EndReason, EventKind, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::Metadata;
-use crate::report::view::View;
+use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
 use anyhow::{bail, Result};
@@ -103,8 +103,7 @@ fn after_recording(
             live: false,
             ..SymbolizeOptions::default()
         },
-        view: View::default(),
-        per_thread: false,
+        report: ReportOptions::default(),
         title: None,
         metadata: MetadataSource::Given(Box::new(metadata_of(summary, target))),
     })?;

@@ -9,6 +9,7 @@ use super::pipeline::{self, MetadataSource, OutputRequest, PERF_DATA_FILE};
 use crate::archive;
 use crate::cli::PostprocessArgs;
 use crate::report::metadata_txt::Metadata;
+use crate::report::profile::ReportOptions;
 use crate::report::view::View;
 use crate::report::{self};
 use crate::symbolize::SymbolizeOptions;
@@ -62,8 +63,7 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
     let summary = pipeline::generate(OutputRequest {
         dir: &dir,
         symbolize,
-        view,
-        per_thread: args.per_thread,
+        report: ReportOptions { view, per_thread: args.per_thread, ..ReportOptions::default() },
         title: args.title,
         metadata,
     })?;

@@ -101,10 +101,6 @@ impl Attr {
         self.fields.0.sample_id_all() != 0
     }
 
-    pub fn excludes_kernel_callchain(&self) -> bool {
-        self.fields.0.exclude_callchain_kernel() != 0
-    }
-
     /// The clock of sample times: `Some(clockid)` with `use_clockid`, else `None` (perf_clock).
     pub fn clockid(&self) -> Option<i32> {
         (self.fields.0.use_clockid() != 0).then_some(self.fields.0.clockid)

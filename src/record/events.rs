@@ -175,15 +175,15 @@ mod tests {
             enable_on_exec: false,
             wakeup_bytes: 4096,
         };
-        let attr = Attr::from_kernel(&build_attr(&spec));
+        let kernel_attr = build_attr(&spec);
+        let attr = Attr::from_kernel(&kernel_attr);
         assert_eq!(attr.bytes().len(), 128);
-        assert!(attr.is_freq() && attr.sample_id_all() && !attr.excludes_kernel_callchain());
+        assert!(attr.is_freq() && attr.sample_id_all() && kernel_attr.exclude_callchain_kernel() == 0);
         assert_eq!(attr.sample_freq_or_period(), 99);
         assert_eq!(attr.clockid(), Some(libc::CLOCK_MONOTONIC));
         assert_eq!(attr.event_name(), "cpu-clock");
         assert_eq!(attr.sample_type(), SAMPLE_TYPE);
 
-        let user_only = Attr::from_kernel(&build_attr(&EventSpec { kernel: false, ..spec }));
-        assert!(user_only.excludes_kernel_callchain());
+        assert_eq!(build_attr(&EventSpec { kernel: false, ..spec }).exclude_callchain_kernel(), 1);
     }
 }

@@ -9,7 +9,7 @@ use rustc_hash::FxHashMap;
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-/// Options for [`fold`].
+/// Options for [`Folder`].
 #[derive(Debug, Clone, Default)]
 pub struct FoldOptions {
     /// Fold only samples of this event (compared up to its first `:`). `None`: the first sample's event, which is
@@ -28,7 +28,7 @@ pub struct Folded {
     kinds: HashMap<String, FrameKind>,
     total: u64,
     samples: u64,
-    /// Every sample given to [`fold`], including those of other events and without a stack.
+    /// Every sample given to the [`Folder`], including those of other events and without a stack.
     input_samples: u64,
     /// Samples per leaf frame name (for the top table).
     leaves: Vec<(String, u64)>,
@@ -51,7 +51,7 @@ impl Folded {
         self.samples
     }
 
-    /// Every sample given to [`fold`], folded or not.
+    /// Every sample given to the [`Folder`], folded or not.
     pub fn input_samples(&self) -> u64 {
         self.input_samples
     }
@@ -70,11 +70,6 @@ impl Folded {
         self.stacks.is_empty()
     }
 
-    /// The kind of code a frame name stands for; `None` for thread (root) names and unknown names.
-    pub fn kind_of(&self, name: &str) -> Option<FrameKind> {
-        self.kinds.get(name).copied()
-    }
-
     /// Every frame name with the kind of code it stands for (thread names are not included).
     pub fn kinds(&self) -> impl Iterator<Item = (&str, FrameKind)> {
         self.kinds.iter().map(|(name, kind)| (name.as_str(), *kind))
@@ -89,16 +84,8 @@ impl Folded {
     }
 }
 
-/// Folds samples (any order; the result does not depend on it except for which event is "first").
-pub fn fold<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &FoldOptions) -> Folded {
-    let mut folder = Folder::new(opts);
-    for sample in samples {
-        folder.add(sample);
-    }
-    folder.finish()
-}
-
-/// Folds samples one at a time (for samples that are streamed, not kept): [`fold`] in steps.
+/// Folds samples one at a time (samples are streamed, not kept); the result does not depend on their order,
+/// except for which event is "first".
 pub struct Folder {
     weight: Weight,
     namer: StackNamer,

@@ -23,10 +23,9 @@ use crate::repeats::{Piece, RepeatedLine, RepeatedText, Span};
 use crate::symbolize::{Frame, ResolvedSample};
 use rustc_hash::{FxHashMap, FxHasher};
 use std::hash::Hasher;
-use std::io::{self, Write};
 use std::sync::Arc;
 
-/// Options for [`write_perf_script`].
+/// Options for [`ScriptWriter`].
 #[derive(Debug, Clone, Default)]
 pub struct ScriptOptions {
     /// [`Weight::Period`] prints each sample's period (as perf does), so inferno-collapse-perf weights stacks by
@@ -47,24 +46,8 @@ struct FrameText {
     named: bool,
 }
 
-/// Writes the samples in `perf script` layout. `out` should be buffered (e.g. a `BufWriter`).
-pub fn write_perf_script<'a>(
-    samples: impl IntoIterator<Item = &'a ResolvedSample>,
-    opts: &ScriptOptions,
-    out: &mut impl Write,
-) -> io::Result<()> {
-    let mut writer = ScriptWriter::new(opts);
-    let mut text: Vec<u8> = Vec::with_capacity(4096);
-    for sample in samples {
-        text.clear();
-        writer.write_sample(sample, &mut text);
-        out.write_all(&text)?;
-    }
-    Ok(())
-}
-
-/// Writes samples in `perf script` layout one at a time ([`write_perf_script`] in steps), remembering how each
-/// distinct frame, thread name and event is spelled.
+/// Writes samples in `perf script` layout one at a time, remembering how each distinct frame, thread name and event
+/// is spelled.
 pub struct ScriptWriter {
     weight: Weight,
     comms: FxHashMap<(usize, usize), Box<str>>,
@@ -127,12 +110,6 @@ impl ScriptWriter {
             unshared: None,
             lines: LineWriter::default(),
         }
-    }
-
-    /// Appends one sample's text (header, frames, blank line) to `out`.
-    pub fn write_sample(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>) {
-        let stack = self.render(sample, out, None);
-        out.extend_from_slice(&stack.text);
     }
 
     /// Appends the sample's header line to `out` (and its spans to `spans`) and returns the rest of its text: the

@@ -2,8 +2,6 @@
 //! them) that were on CPU in the most samples.
 
 use super::folded::Folded;
-use super::stacks::{EventFilter, StackNamer};
-use crate::symbolize::ResolvedSample;
 use std::fmt;
 
 /// One row of the table.
@@ -25,34 +23,8 @@ pub struct TopFrames {
     pub total_samples: u64,
 }
 
-/// The `n` frames that were the leaf in the most samples, most first (ties by name). Counts samples, not periods,
-/// of the event folded stacks show (the first sample's); percentages are of all samples given.
-pub fn hottest_self<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, n: usize) -> TopFrames {
-    let mut namer = StackNamer::new();
-    let mut filter = EventFilter::new(None);
-    let mut counts: Vec<u64> = Vec::new();
-    let mut stack = Vec::with_capacity(64);
-    let mut total = 0u64;
-    for sample in samples {
-        total += 1;
-        if !filter.matches(sample) {
-            continue;
-        }
-        let root = namer.root(sample);
-        if !namer.stack(sample, root, &mut stack) {
-            continue;
-        }
-        let leaf = *stack.last().expect("a stack with frames") as usize;
-        if counts.len() <= leaf {
-            counts.resize(leaf + 1, 0);
-        }
-        counts[leaf] += 1;
-    }
-    let leaves = counts.iter().enumerate().filter(|(_, &c)| c > 0).map(|(id, &c)| (namer.name(id as u32), c));
-    rank(leaves, total, n)
-}
-
-/// The same table from stacks already folded (no second pass over the samples).
+/// The `n` frames that were the leaf in the most folded samples, most first (ties by name). Counts samples, not
+/// periods, of the event folded stacks show; percentages are of all samples given to the folder.
 pub fn from_folded(folded: &Folded, n: usize) -> TopFrames {
     rank(folded.leaf_samples().iter().map(|(name, c)| (name.as_str(), *c)), folded.input_samples(), n)
 }

@@ -4,8 +4,6 @@
 use super::stacks::{arc_identity, KeepAlive, PerStack, STACK_FRAMES_KEPT};
 use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
 use rustc_hash::FxHashMap;
-use std::borrow::Cow;
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// A selection of samples and frames. The default shows everything unchanged.
@@ -24,27 +22,13 @@ pub struct View {
 }
 
 impl View {
-    /// True when the view changes nothing.
-    pub fn is_identity(&self) -> bool {
-        *self == View::default()
-    }
-
     /// Whether a sample passes the pid/tid filters.
     pub fn selects(&self, sample: &ResolvedSample) -> bool {
         self.pid.map_or(true, |pid| sample.pid == pid) && self.tid.map_or(true, |tid| sample.tid == tid)
     }
-
-    /// The samples as this view shows them; borrows the input when the view changes nothing.
-    pub fn apply<'a>(&self, samples: &'a [ResolvedSample]) -> Cow<'a, [ResolvedSample]> {
-        if self.is_identity() {
-            return Cow::Borrowed(samples);
-        }
-        let mut viewer = Viewer::new(self.clone());
-        Cow::Owned(samples.iter().filter(|s| self.selects(s)).filter_map(|s| viewer.apply(s.clone())).collect())
-    }
 }
 
-/// A [`View`] applied to samples one at a time (samples that are streamed, not kept).
+/// A [`View`] applied to samples one at a time (samples are streamed, not kept).
 pub struct Viewer {
     view: View,
     /// Tier-stripped symbols by the identity of the original (`None`: nothing to strip).
@@ -146,13 +130,4 @@ pub fn strip_tier(name: &str) -> &str {
     } else {
         name
     }
-}
-
-/// Samples grouped by thread id, ascending (for `-per-thread`: `folded_stacks.<tid>.out`, `flamegraph.<tid>.svg`).
-pub fn group_by_tid(samples: &[ResolvedSample]) -> BTreeMap<u32, Vec<&ResolvedSample>> {
-    let mut groups: BTreeMap<u32, Vec<&ResolvedSample>> = BTreeMap::new();
-    for sample in samples {
-        groups.entry(sample.tid).or_default().push(sample);
-    }
-    groups
 }

@@ -1,7 +1,7 @@
 //! Turns sampled addresses into frame names: JIT perf maps and jitdump, ELF symbols (with split debug files), kernel
 //! symbols; across container namespaces. Works from recorded data so `postprocess` can use it offline.
 //!
-//! Entry points: [`symbolize_file`] (a whole perf.data), [`Symbolizer`] (record by record), [`Capture`] (saves
+//! Entry points: [`Symbolizer`] (names a recording's samples one by one, in time order), [`Capture`] (saves
 //! what naming needs while the target lives, for offline use through [`SymbolizeOptions::offline`]).
 
 mod address_space;
@@ -26,7 +26,7 @@ mod symbols_dir;
 
 pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
 pub use options::SymbolizeOptions;
-pub use symbolizer::{symbolize_file, SymbolizeStats, Symbolized, Symbolizer};
+pub use symbolizer::{SymbolizeStats, Symbolizer};
 
 /// The parsers, public for tests and tools that inspect a single input.
 pub mod parsers {
@@ -64,19 +64,6 @@ pub struct Frame {
     /// `/tmp/perf-1.map`).
     pub module: Arc<str>,
     pub kind: FrameKind,
-}
-
-impl Frame {
-    /// The name used in folded stacks and flame graphs: the symbol, else `module+0xoffset`, never a bare address.
-    pub fn display_name(&self) -> String {
-        match &self.symbol {
-            Some(s) => s.to_string(),
-            None => {
-                let base = self.module.rsplit('/').next().unwrap_or(&self.module);
-                format!("{base}+{:#x}", self.offset)
-            }
-        }
-    }
 }
 
 /// A sample with its stack resolved, leaf first.

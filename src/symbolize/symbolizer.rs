@@ -38,18 +38,6 @@ pub struct SymbolizeStats {
     pub warnings: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default)]
-pub struct Symbolized {
-    /// In time order.
-    pub samples: Vec<ResolvedSample>,
-    pub stats: SymbolizeStats,
-}
-
-/// Names a whole recording.
-pub fn symbolize_file(reader: &PerfDataReader, opts: &SymbolizeOptions) -> Result<Symbolized> {
-    Symbolizer::new(opts)?.run(reader)
-}
-
 /// A resolved frame minus its address: what the cache stores. `offset = addr - base`.
 #[derive(Debug, Clone)]
 struct Template {
@@ -186,7 +174,7 @@ impl Symbolizer {
     }
 
     /// Build-ids the recorder stored (perf.data BUILD_ID feature): a live file whose build-id differs is not used.
-    pub fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
+    fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
         for e in entries {
             self.sources.build_ids.insert(e.filename.clone(), e.build_id.clone());
         }
@@ -204,22 +192,6 @@ impl Symbolizer {
 
     pub(crate) fn take_usage(&mut self) -> Option<Usage> {
         self.usage.take()
-    }
-
-    /// Counters so far (warnings are filled in when a run ends).
-    pub fn stats(&self) -> &SymbolizeStats {
-        &self.stats
-    }
-
-    /// Names every sample of a recording. Records are replayed in time order (perf writes each CPU's buffer in
-    /// turn, so file order is not time order).
-    pub fn run(mut self, reader: &PerfDataReader) -> Result<Symbolized> {
-        let mut samples = Vec::new();
-        let stats = self.for_each_sample(reader, |s| {
-            samples.push(s);
-            Ok(())
-        })?;
-        Ok(Symbolized { samples, stats })
     }
 
     /// Names every sample of a recording and hands each to `f` as soon as it is named, in time order; only an
@@ -311,7 +283,7 @@ impl Symbolizer {
     }
 
     /// Applies a non-sample record (call in time order).
-    pub fn observe(&mut self, record: &Record) {
+    fn observe(&mut self, record: &Record) {
         match record {
             Record::Mmap(m) => {
                 self.processes.on_mmap(m);
@@ -324,7 +296,7 @@ impl Symbolizer {
     }
 
     /// Names one sample's frames, leaf first, context markers removed.
-    pub fn resolve(&mut self, s: &Sample, event: Arc<str>) -> ResolvedSample {
+    fn resolve(&mut self, s: &Sample, event: Arc<str>) -> ResolvedSample {
         let comm = self.processes.comm(s.pid, s.tid);
         let space = match self.processes.get(s.pid) {
             Some(p) => (p.space.id, p.space.generation),

@@ -1,5 +1,6 @@
-//! A per-test scratch folder under cargo's tmp dir, removed when dropped (kept with `PROFCPU_KEEP_TEST_DIRS=1`).
-//! Included with `#[path]` by the test support modules.
+//! A per-test scratch folder under cargo's tmp dir (not under /tmp: a namespaced target or profiler has its own
+//! /tmp). Removed when dropped, except when the test is failing (then kept for a look, its path printed) or with
+//! `PROFCPU_KEEP_TEST_DIRS=1`.
 
 use std::path::{Path, PathBuf};
 
@@ -14,7 +15,7 @@ impl Scratch {
         let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}-{}-{n}", std::process::id()));
         let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
         Scratch { path }
     }
 
@@ -25,7 +26,9 @@ impl Scratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
-        if std::env::var_os("PROFCPU_KEEP_TEST_DIRS").is_none() {
+        if std::thread::panicking() {
+            eprintln!("kept {} for inspection", self.path.display());
+        } else if std::env::var_os("PROFCPU_KEEP_TEST_DIRS").is_none() {
             let _ = std::fs::remove_dir_all(&self.path);
         }
     }

@@ -3,9 +3,7 @@
 //! loaded with `examples/webapi/load.sh`, profiled by running the binary, and its outputs read back as text.
 //!
 //! Everything started here runs in its own process group and is killed when its guard is dropped, also when a test
-//! fails half-way. Include from a test with `#[path = "support/webapi.rs"] mod webapi;`.
-
-#![allow(dead_code)]
+//! fails half-way.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{Read, Write};
@@ -13,28 +11,20 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-pub const PROFCPU: &str = env!("CARGO_BIN_EXE_profcpu");
+use super::scratch::Scratch;
+use super::START_TIMEOUT;
 
 /// The .NET version the API runs on (`scripts/dotnet-runtime.sh` and `examples/webapi/build.sh` take it).
 pub const DOTNET_VERSION: &str = "3.1";
 
-/// How long the API may take to answer `/health` (a cold runtime start on a busy 2-CPU machine takes a few seconds).
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Extra time a collection may take beyond its duration (writing the outputs) before the test calls it hung.
 const COLLECT_GRACE: Duration = Duration::from_secs(90);
 
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Held for a whole test: tests of one binary run on parallel threads, and two loaded APIs on 2 CPUs would
-/// distort each other's shares and starve the profiler.
-pub fn exclusive() -> MutexGuard<'static, ()> {
-    static CPU: Mutex<()> = Mutex::new(());
-    CPU.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The runtime and the compiled API, from the repository's own set-up scripts (cached, so normally instant).
@@ -72,35 +62,6 @@ pub fn prepared() -> &'static Prepared {
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("cannot bind a local port");
     listener.local_addr().unwrap().port()
-}
-
-/// A fresh directory under cargo's tmp dir (not under /tmp: a namespaced API or profiler has its own /tmp). Removed
-/// when dropped, except when the test is failing: then it is kept for a look and its path printed.
-pub struct WorkDir {
-    pub path: PathBuf,
-}
-
-impl WorkDir {
-    pub fn new(name: &str) -> WorkDir {
-        let path = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("e2e-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
-        WorkDir { path }
-    }
-
-    pub fn join(&self, p: impl AsRef<Path>) -> PathBuf {
-        self.path.join(p)
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("e2e: kept {} for inspection", self.path.display());
-        } else {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
 }
 
 /// SIGKILL to a process we started, its process group and every descendant. Descendants are listed before anything
@@ -184,7 +145,7 @@ pub struct Api {
 
 impl Api {
     /// `examples/webapi/run.sh --foreground` on the host: the runtime writes `/tmp/perf-PID.map` on the host.
-    pub fn on_host(work: &WorkDir) -> Api {
+    pub fn on_host(work: &Scratch) -> Api {
         prepared();
         let port = free_port();
         let mut cmd = Command::new("bash");
@@ -200,7 +161,7 @@ impl Api {
 
     /// The API in its own PID and mount namespace with a private tmpfs on /tmp (network shared, so the host can
     /// load it): the `docker run` situation without Docker. It is PID 1 there.
-    pub fn in_container(work: &WorkDir) -> Api {
+    pub fn in_container(work: &Scratch) -> Api {
         let prepared = prepared();
         let port = free_port();
         let mut cmd = Command::new("unshare");
@@ -219,7 +180,7 @@ impl Api {
     }
 
     /// The API on the host, run by the `dotnet` host in `runtime_dir` (e.g. a copy with a stripped libcoreclr).
-    pub fn with_runtime(work: &WorkDir, runtime_dir: &Path) -> Api {
+    pub fn with_runtime(work: &Scratch, runtime_dir: &Path) -> Api {
         let port = free_port();
         let mut cmd = Command::new(runtime_dir.join("dotnet"));
         cmd.arg(&prepared().dll)
@@ -368,7 +329,7 @@ pub fn collect_args(pid: u32, seconds: u32, output: &Path) -> Vec<String> {
 
 /// Runs `cmd` (a `profcpu collect`, possibly wrapped in nsenter/unshare), requires success and reads the run folder
 /// it printed as its last stdout line. `seconds` is the collection's duration, for the hang watchdog.
-pub fn run_collect(mut cmd: Command, seconds: u32, work: &WorkDir) -> Profile {
+pub fn run_collect(mut cmd: Command, seconds: u32, work: &Scratch) -> Profile {
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let (out_path, err_path) = (work.join(format!("collect-{n}.stdout")), work.join(format!("collect-{n}.stderr")));

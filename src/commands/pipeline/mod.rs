@@ -16,15 +16,16 @@ mod script_file;
 use crate::archive::tarball::{self, Segment, Tarball};
 use crate::perf_data::{PerfDataReader, Record};
 use crate::report::flamegraph::{self, FlameOptions};
-use crate::report::folded::{FoldOptions, Folded};
+use crate::report::folded::Folded;
 use crate::report::metadata_txt::Metadata;
-use crate::report::script::ScriptOptions;
-use crate::report::view::{View, Viewer};
-use crate::report::{self, ReportSummary, Weight};
+use crate::report::profile::{Profile, RecordingFacts, ReportOptions};
+use crate::report::top::{self, TopFrames};
+use crate::report::view::View;
+use crate::report::{self};
 use crate::symbolize::{SymbolizeOptions, SymbolizeStats, Symbolizer};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
-use sample_sink::{Chunk, RecordingFacts, SampleSink, Streamed};
+use sample_sink::{Chunk, SampleSink};
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::os::unix::fs::OpenOptionsExt;
@@ -38,8 +39,7 @@ pub struct OutputRequest<'a> {
     /// The output directory; perf.data (and `symbols/` when captured) are in it.
     pub dir: &'a Path,
     pub symbolize: SymbolizeOptions,
-    pub view: View,
-    pub per_thread: bool,
+    pub report: ReportOptions,
     /// Overrides the flame graph's title.
     pub title: Option<String>,
     pub metadata: MetadataSource,
@@ -54,8 +54,15 @@ pub enum MetadataSource {
     FromRecording,
 }
 
+/// What [`generate`] wrote and found.
 pub struct OutputSummary {
-    pub report: ReportSummary,
+    /// Files written, relative to the output directory, in writing order (prof.tar.gz not included).
+    pub files: Vec<PathBuf>,
+    pub top: TopFrames,
+    /// Samples that made it into folded_stacks.out.
+    pub folded_samples: u64,
+    /// Things the user should know (e.g. no flame graph for an empty profile).
+    pub notes: Vec<String>,
     pub symbolize: SymbolizeStats,
     pub samples_shown: u64,
     pub archive: PathBuf,
@@ -86,7 +93,6 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let script_file =
         crate::new_file::create(&script_path).with_context(|| format!("cannot create {}", script_path.display()))?;
     let archive = Tarball::create(&staging.path().join(report::ARCHIVE_FILE))?;
-    let weight = Weight::default();
     // Chunks of script text go from this thread to the writer, then to the compressor, then back for reuse.
     let (to_writer, chunks) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
     let (to_compressor, written) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
@@ -124,14 +130,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         })?;
         let compressor =
             spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive))?;
-        let mut sink = SampleSink::new(
-            Viewer::new(req.view.clone()),
-            &ScriptOptions { weight },
-            &FoldOptions { event: None, weight },
-            req.per_thread,
-            to_writer,
-            recycled,
-        );
+        let mut sink = SampleSink::new(&req.report, to_writer, recycled);
         // The symbolizer reports the reader's warnings (with everything else it finds).
         let started = Instant::now();
         let stats = symbolizer.for_each_sample(&reader, |s| sink.take(s));
@@ -147,9 +146,10 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         let inputs_segments = inputs_segments.join().map_err(|_| anyhow!("compressing perf.data panicked"))??;
         Ok((streamed?, stats, archive, script_len, inputs_segments))
     })?;
-    let Streamed { folded, threads, facts, shown } = streamed;
-    if shown == 0 && facts.samples > 0 && (req.view.pid.is_some() || req.view.tid.is_some()) {
-        bail!("{}", nothing_selected(&req.view, &facts));
+    let Profile { folded, threads, facts, shown } = streamed;
+    let view = &req.report.view;
+    if shown == 0 && facts.samples > 0 && (view.pid.is_some() || view.tid.is_some()) {
+        bail!("{}", nothing_selected(view, &facts));
     }
 
     let mut meta = match req.metadata {
@@ -159,7 +159,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     if meta.event.is_empty() {
         meta.event = reader.events()[0].name.clone();
     }
-    let mut flame = FlameOptions::for_profile(&meta, weight);
+    let mut flame = FlameOptions::for_profile(&meta, req.report.weight);
     if let Some(title) = req.title {
         flame.title = title;
     }
@@ -210,9 +210,15 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     }
     files.pop();
     tracing::debug!("outputs in place after {:.1?} ({})", begun.elapsed(), thread_cpu());
-    let report =
-        ReportSummary { files, top: report::top::from_folded(&folded, 5), folded_samples: folded.samples(), notes };
-    Ok(OutputSummary { report, symbolize: stats, samples_shown: shown, archive: dir.join(report::ARCHIVE_FILE) })
+    Ok(OutputSummary {
+        files,
+        top: top::from_folded(&folded, 5),
+        folded_samples: folded.samples(),
+        notes,
+        symbolize: stats,
+        samples_shown: shown,
+        archive: dir.join(report::ARCHIVE_FILE),
+    })
 }
 
 /// Starts a thread with a name (shown by `top -H`, `perf` and debuggers).
@@ -496,5 +502,5 @@ impl Drop for Staging {
 
 /// Prints the hottest frames (to stderr: stdout is kept for the output folder's path, for scripts).
 pub fn print_summary(summary: &OutputSummary) {
-    eprintln!("{}", summary.report.top);
+    eprintln!("{}", summary.top);
 }

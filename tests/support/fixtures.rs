@@ -1,6 +1,5 @@
-//! Shared by the report tests: a hand-built, deliberately awkward profile. Included with `#[path]`; as its own
-//! test target it has no tests.
-#![allow(dead_code)]
+//! A hand-built, deliberately awkward profile for the report stage: named and unnamed frames of every kind, odd
+//! thread names, Java and .NET spellings, and a generator of hostile samples.
 
 use profcpu::symbolize::{Frame, FrameKind, ResolvedSample};
 use std::sync::Arc;

@@ -1,148 +1,52 @@
-//! prof.tar.gz: what `archive::create` packs is listed by the real `tar tzf` with relative paths and extracted
+//! prof.tar.gz: what a real run packs is listed by the real `tar tzf` with relative paths and extracted
 //! identically by `tar xzf` and by `archive::extract_safe`; `extract_safe` refuses each kind of hostile archive
 //! with one clear error line and writes nothing.
+
+mod support;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use profcpu::archive;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use support::golden::golden_copy;
+use support::profcpu::{plain_tar_extract, postprocess_ok, tar_list, tree};
+use support::scratch::Scratch;
 use tar::{EntryType, Header};
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let path = std::env::temp_dir().join(format!("profcpu-archive-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).unwrap();
-        TempDir(path)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-/// A profcpu output folder: outputs, metadata, captured symbols (nested) with an in-tree build-id symlink.
-fn output_folder(root: &Path) {
-    std::fs::write(root.join("perf.data"), vec![7u8; 300_000]).unwrap();
-    std::fs::write(root.join("perf_script.out"), "dotnet  1/1  [000]  1.000000:  1 cpu-clock:\n\n").unwrap();
-    std::fs::write(root.join("folded_stacks.out"), "dotnet;main 1\n").unwrap();
-    std::fs::write(root.join("flamegraph.svg"), "<svg/>").unwrap();
-    std::fs::write(root.join("metadata.txt"), "pid: 1\n").unwrap();
-    let dbg = root.join("symbols/usr/share/dotnet/shared");
-    std::fs::create_dir_all(&dbg).unwrap();
-    std::fs::write(dbg.join("libcoreclr.so.dbg"), b"\x7fELF debug").unwrap();
-    std::fs::create_dir_all(root.join("symbols/tmp")).unwrap();
-    std::fs::write(root.join("symbols/tmp/perf-1.map"), "7F0000001000 20 int64 [App] App::Fib(int32)\n").unwrap();
-    std::fs::create_dir_all(root.join("symbols/.build-id/ab")).unwrap();
-    symlink("../../usr/share/dotnet/shared/libcoreclr.so.dbg", root.join("symbols/.build-id/ab/cdef.debug")).unwrap();
-}
-
-const ENTRIES: [&str; 6] =
-    ["perf.data", "perf_script.out", "folded_stacks.out", "flamegraph.svg", "metadata.txt", "symbols"];
-
-fn run(cmd: &mut Command) -> String {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
-    assert!(out.status.success(), "{cmd:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// Every file (with content) and symlink (with target) below `root`, sorted.
 fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
-    fn walk(root: &Path, dir: &Path, out: &mut Vec<(PathBuf, String)>) {
-        for entry in std::fs::read_dir(dir).unwrap() {
-            let path = entry.unwrap().path();
-            let rel = path.strip_prefix(root).unwrap().to_path_buf();
-            let meta = std::fs::symlink_metadata(&path).unwrap();
-            if meta.file_type().is_symlink() {
-                out.push((rel, format!("-> {}", std::fs::read_link(&path).unwrap().display())));
-            } else if meta.is_dir() {
-                out.push((rel, "dir".into()));
-                walk(root, &path, out);
-            } else {
-                out.push((rel, format!("{:x}", md5ish(&std::fs::read(&path).unwrap()))));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(root, root, &mut out);
-    out.sort();
-    out
+    tree(root)
+        .into_iter()
+        .map(|(path, bytes)| (path, format!("{:016x}", bytes.iter().fold(0u64, |h, &b| h.rotate_left(5) ^ b as u64))))
+        .collect()
 }
 
-fn md5ish(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
-}
-
+/// The prof.tar.gz a real `postprocess` writes lists relative paths only, and GNU tar and `extract_safe` unpack
+/// the same tree from it: the folder it was made from.
 #[test]
-fn created_archive_lists_relative_paths_and_extracts_identically() {
-    let tmp = TempDir::new("create");
-    let src = tmp.0.join("14-03-22_2026-11-22");
-    std::fs::create_dir_all(&src).unwrap();
-    output_folder(&src);
-    let tarball = src.join("prof.tar.gz");
-    let archived = archive::create(&src, &ENTRIES, &tarball).unwrap();
+fn a_real_archive_lists_relative_paths_and_extracts_identically() {
+    let scratch = Scratch::new("archive-real");
+    let src = golden_copy(&scratch, "14-03-22_2026-11-22");
+    postprocess_ok(&src, &["-per-thread"]);
+    let tarball = scratch.join("prof.tar.gz");
+    std::fs::rename(src.join("prof.tar.gz"), &tarball).unwrap();
 
-    let listed: Vec<String> = run(Command::new("tar").arg("tzf").arg(&tarball)).lines().map(str::to_string).collect();
+    let listed = tar_list(&tarball);
     assert!(listed.iter().all(|p| !p.starts_with('/') && !p.split('/').any(|c| c == "..")), "{listed:?}");
-    for expected in [
-        "perf.data",
-        "metadata.txt",
-        "symbols/",
-        "symbols/tmp/perf-1.map",
-        "symbols/usr/share/dotnet/shared/libcoreclr.so.dbg",
-        "symbols/.build-id/ab/cdef.debug",
-    ] {
+    for expected in ["perf.data", "perf_script.out", "folded_stacks.out", "flamegraph.svg", "metadata.txt", "symbols/"]
+    {
         assert!(listed.iter().any(|p| p == expected), "{expected} missing from {listed:?}");
     }
-    assert_eq!(listed.len(), archived.len(), "{listed:?} vs {archived:?}");
-    assert!(!listed.iter().any(|p| p.contains("prof.tar.gz")));
 
-    let by_tar = tmp.0.join("by-tar");
-    std::fs::create_dir_all(&by_tar).unwrap();
-    run(Command::new("tar").arg("xzf").arg(&tarball).arg("-C").arg(&by_tar));
-    let by_us = tmp.0.join("by-us");
+    let by_tar = scratch.join("by-tar");
+    plain_tar_extract(&tarball, &by_tar);
+    let by_us = scratch.join("by-us");
     let extracted = archive::extract_safe(&tarball, &by_us).unwrap();
-    assert_eq!(extracted.len(), archived.len());
-
-    std::fs::remove_file(&tarball).unwrap();
+    assert_eq!(extracted.len(), listed.len());
     let original = snapshot(&src);
     assert_eq!(snapshot(&by_tar), original);
     assert_eq!(snapshot(&by_us), original);
-    assert_eq!(
-        std::fs::read(by_us.join("symbols/.build-id/ab/cdef.debug")).unwrap(),
-        b"\x7fELF debug",
-        "the in-tree symlink resolves inside the extraction"
-    );
-}
-
-#[test]
-fn create_refuses_bad_inputs_and_never_overwrites() {
-    let tmp = TempDir::new("create-bad");
-    output_folder(&tmp.0);
-    let out = tmp.0.join("prof.tar.gz");
-    for (entry, problem) in [("/etc/passwd", "absolute path"), ("../x", "`..` in path"), ("missing.txt", "missing.txt")]
-    {
-        let err = format!("{:#}", archive::create(&tmp.0, &[entry], &out).unwrap_err());
-        assert!(err.contains(problem), "{entry}: {err}");
-        std::fs::remove_file(&out).unwrap();
-    }
-    symlink("/etc", tmp.0.join("symbols/escape")).unwrap();
-    let err = format!("{:#}", archive::create(&tmp.0, &["symbols"], &out).unwrap_err());
-    assert!(err.contains("symbols/escape") && err.contains("outside"), "{err}");
-    std::fs::remove_file(tmp.0.join("symbols/escape")).unwrap();
-
-    // The output path exists (here as a planted symlink): refused, the symlink's target untouched.
-    std::fs::remove_file(&out).unwrap();
-    let victim = tmp.0.join("victim");
-    std::fs::write(&victim, "keep me").unwrap();
-    symlink(&victim, &out).unwrap();
-    let err = format!("{:#}", archive::create(&tmp.0, &["metadata.txt"], &out).unwrap_err());
-    assert!(err.contains("creating") && err.contains("exists"), "{err}");
-    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
 }
 
 /// Appends an entry with a raw name and link name (the tar crate's safe setters would refuse hostile ones).
@@ -180,7 +84,7 @@ const HARDLINK: EntryType = EntryType::Link;
 
 #[test]
 fn extract_safe_refuses_each_hostile_archive_with_one_clear_error() {
-    let tmp = TempDir::new("hostile");
+    let tmp = Scratch::new(concat!("archive-", "hostile"));
     let cases: Vec<(&str, Vec<Entry>, &str)> = vec![
         ("absolute", vec![("/tmp/profcpu-evil", FILE, "", "x")], "entry \"/tmp/profcpu-evil\": absolute path"),
         ("dotdot", vec![("ok.txt", FILE, "", "x"), ("../evil", FILE, "", "x")], "entry \"../evil\": `..` in path"),
@@ -215,8 +119,8 @@ fn extract_safe_refuses_each_hostile_archive_with_one_clear_error() {
         ),
     ];
     for (name, entries, expected) in cases {
-        let archive_path = tarball(&tmp.0, &format!("{name}.tar.gz"), &entries);
-        let dest = tmp.0.join(format!("{name}-out"));
+        let archive_path = tarball(&tmp.path, &format!("{name}.tar.gz"), &entries);
+        let dest = tmp.path.join(format!("{name}-out"));
         let err = archive::extract_safe(&archive_path, &dest).unwrap_err();
         let message = format!("{err:#}");
         assert!(message.starts_with("refusing to extract "), "{name}: {message}");
@@ -229,9 +133,9 @@ fn extract_safe_refuses_each_hostile_archive_with_one_clear_error() {
 
 #[test]
 fn extract_safe_accepts_a_good_archive_with_in_tree_links() {
-    let tmp = TempDir::new("good");
+    let tmp = Scratch::new(concat!("archive-", "good"));
     let archive_path = tarball(
-        &tmp.0,
+        &tmp.path,
         "good.tar.gz",
         &[
             ("./", DIR, "", ""),
@@ -241,7 +145,7 @@ fn extract_safe_accepts_a_good_archive_with_in_tree_links() {
             ("metadata.txt", FILE, "", "pid: 1\n"),
         ],
     );
-    let dest = tmp.0.join("out");
+    let dest = tmp.path.join("out");
     let extracted = archive::extract_safe(&archive_path, &dest).unwrap();
     assert_eq!(extracted.len(), 4);
     assert_eq!(std::fs::read_to_string(dest.join("symbols/.build-id/ab/cd.debug")).unwrap(), "ELF");
@@ -251,22 +155,22 @@ fn extract_safe_accepts_a_good_archive_with_in_tree_links() {
 
 #[test]
 fn extract_safe_never_writes_through_what_is_already_on_disk() {
-    let tmp = TempDir::new("planted");
-    let elsewhere = tmp.0.join("elsewhere");
+    let tmp = Scratch::new(concat!("archive-", "planted"));
+    let elsewhere = tmp.path.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
-    let dest = tmp.0.join("out");
+    let dest = tmp.path.join("out");
     std::fs::create_dir_all(&dest).unwrap();
     // A planted symlink to a folder outside, and one to a file outside, where the archive writes.
     symlink(&elsewhere, dest.join("symbols")).unwrap();
     std::fs::write(elsewhere.join("target.txt"), "keep me").unwrap();
     symlink(elsewhere.join("target.txt"), dest.join("metadata.txt")).unwrap();
 
-    let through_dir = tarball(&tmp.0, "a.tar.gz", &[("symbols/libx.so", FILE, "", "evil")]);
+    let through_dir = tarball(&tmp.path, "a.tar.gz", &[("symbols/libx.so", FILE, "", "evil")]);
     let err = format!("{:#}", archive::extract_safe(&through_dir, &dest).unwrap_err());
     assert!(err.contains("symlink is in the way"), "{err}");
     assert!(!elsewhere.join("libx.so").exists());
 
-    let onto_file = tarball(&tmp.0, "b.tar.gz", &[("metadata.txt", FILE, "", "evil")]);
+    let onto_file = tarball(&tmp.path, "b.tar.gz", &[("metadata.txt", FILE, "", "evil")]);
     let err = format!("{:#}", archive::extract_safe(&onto_file, &dest).unwrap_err());
     assert!(err.contains("already exists"), "{err}");
     assert_eq!(std::fs::read_to_string(elsewhere.join("target.txt")).unwrap(), "keep me");
@@ -274,9 +178,9 @@ fn extract_safe_never_writes_through_what_is_already_on_disk() {
 
 #[test]
 fn extract_safe_rejects_files_that_are_not_archives() {
-    let tmp = TempDir::new("garbage");
-    let path = tmp.0.join("prof.tar.gz");
+    let tmp = Scratch::new(concat!("archive-", "garbage"));
+    let path = tmp.path.join("prof.tar.gz");
     std::fs::write(&path, b"this is not gzip").unwrap();
-    let err = format!("{:#}", archive::extract_safe(&path, &tmp.0.join("out")).unwrap_err());
+    let err = format!("{:#}", archive::extract_safe(&path, &tmp.path.join("out")).unwrap_err());
     assert!(err.starts_with("refusing to extract") && !err.contains('\n'), "{err}");
 }

@@ -1,47 +1,60 @@
-//! Shared by the `postprocess` tests: running the real binary, the committed golden collection, scratch folders,
-//! and the checks every failure must pass. Included with `#[path]`; as its own test target it has no tests.
-#![allow(dead_code)]
+//! Running the `profcpu` binary as a user would (`collect`, `postprocess`) and reading what it wrote.
 
+use super::PROFCPU;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
 
-pub const PROFCPU: &str = env!("CARGO_BIN_EXE_profcpu");
-
-/// `tests/data/postprocess`.
-pub fn data_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/postprocess")
+/// The result of one `profcpu collect` run.
+pub struct Collected {
+    pub output: Output,
+    pub stderr: String,
+    pub stdout: String,
+    /// The run folder profcpu printed as its last stdout line.
+    pub run_dir: PathBuf,
 }
 
-/// The committed collection of `workload.c` (perf.data, symbols/, metadata.txt), recorded by profcpu.
-pub fn golden_dir() -> PathBuf {
-    data_dir().join("golden")
+impl Collected {
+    pub fn perf_data(&self) -> PathBuf {
+        self.run_dir.join("perf.data")
+    }
+
+    /// The sample count from profcpu's summary line.
+    pub fn summary_samples(&self) -> u64 {
+        let line = self
+            .stderr
+            .lines()
+            .find(|l| l.starts_with("profcpu: ") && l.contains(" samples ("))
+            .unwrap_or_else(|| panic!("no summary line in stderr:\n{}", self.stderr));
+        line["profcpu: ".len()..].split(' ').next().unwrap().parse().unwrap()
+    }
 }
 
-#[path = "support/scratch.rs"]
-mod scratch;
-pub use scratch::Scratch;
-
-/// Copies a folder tree (files, folders, symlinks as symlinks).
-pub fn copy_tree(from: &Path, to: &Path) {
-    let status = Command::new("cp").arg("-a").arg(from).arg(to).status().expect("cp");
-    assert!(status.success(), "cp -a {} {} failed", from.display(), to.display());
+/// Runs `profcpu collect ARGS` to completion. Fails the test with profcpu's own explanation when it fails (for
+/// example when perf_event_open is refused).
+pub fn collect<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Collected {
+    let output = Command::new(PROFCPU).arg("collect").args(args).output().unwrap();
+    finish_collect(output)
 }
 
-/// A copy of the golden collection at `scratch/name`.
-pub fn golden_copy(scratch: &Scratch, name: &str) -> PathBuf {
-    let dir = scratch.join(name);
-    copy_tree(&golden_dir(), &dir);
-    dir
+pub fn finish_collect(output: Output) -> Collected {
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(output.status.success(), "profcpu collect failed ({}):\n{stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    let run_dir = PathBuf::from(stdout.lines().last().unwrap_or_else(|| panic!("no output path on stdout:\n{stderr}")));
+    assert!(run_dir.is_dir(), "{} is not a folder", run_dir.display());
+    Collected { output, stderr, stdout, run_dir }
 }
 
 /// What one `profcpu postprocess` run printed.
-pub struct Run {
+pub struct PostprocessRun {
     pub output: Output,
     pub stdout: String,
     pub stderr: String,
 }
 
-impl Run {
+impl PostprocessRun {
     pub fn ok(&self) -> bool {
         self.output.status.success()
     }
@@ -63,16 +76,16 @@ impl Run {
 }
 
 /// Runs `profcpu postprocess ARGS` (never panics on failure; see [`postprocess_ok`] and [`one_line_error`]).
-pub fn postprocess(args: &[&str]) -> Run {
+pub fn postprocess(args: &[&str]) -> PostprocessRun {
     let output = Command::new(PROFCPU).arg("postprocess").args(args).output().expect("cannot run profcpu");
     let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
     assert!(!stderr.contains("panicked") && !stderr.contains("RUST_BACKTRACE"), "{args:?} panicked:\n{stderr}");
-    Run { output, stdout, stderr }
+    PostprocessRun { output, stdout, stderr }
 }
 
 /// `profcpu postprocess -dir DIR EXTRA…`, which must succeed and print DIR (or where it extracted to) last.
-pub fn postprocess_ok(dir: &Path, extra: &[&str]) -> Run {
+pub fn postprocess_ok(dir: &Path, extra: &[&str]) -> PostprocessRun {
     let mut args = vec!["-dir", dir.to_str().unwrap()];
     args.extend_from_slice(extra);
     let run = postprocess(&args);
@@ -134,36 +147,6 @@ pub fn tar_list(archive: &Path) -> Vec<String> {
     String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
 }
 
-/// inferno's collapser as a library: `perf script` text → folded stacks.
-pub fn inferno_collapse(script: &str) -> String {
-    use inferno::collapse::Collapse;
-    let mut out = Vec::new();
-    inferno::collapse::perf::Folder::from(inferno::collapse::perf::Options::default())
-        .collapse(script.as_bytes(), &mut out)
-        .unwrap();
-    String::from_utf8(out).unwrap()
-}
-
-/// The `inferno-collapse-perf` command: on PATH, or where `scripts/bench-postprocess.sh` installs it. `None` when
-/// absent, unless PROFCPU_REQUIRE_INFERNO_CLI is set (as CI sets it), which makes absence a failure.
-pub fn inferno_cli() -> Option<PathBuf> {
-    let cache = match std::env::var_os("PROFCPU_CACHE") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/profcpu"),
-    };
-    let candidates = [PathBuf::from("inferno-collapse-perf"), cache.join("inferno/bin/inferno-collapse-perf")];
-    let found =
-        candidates.into_iter().find(|c| Command::new(c).arg("--help").output().is_ok_and(|o| o.status.success()));
-    if found.is_none() {
-        assert!(
-            std::env::var_os("PROFCPU_REQUIRE_INFERNO_CLI").is_none(),
-            "inferno-collapse-perf is not installed: cargo install inferno --version 0.12.8 (or \
-             scripts/bench-postprocess.sh --setup)"
-        );
-    }
-    found
-}
-
 /// Folded stacks as a map, for comparisons that should not depend on line order.
 pub fn folded_map(text: &str) -> std::collections::BTreeMap<String, u64> {
     text.lines()
@@ -172,4 +155,27 @@ pub fn folded_map(text: &str) -> std::collections::BTreeMap<String, u64> {
             (stack.to_string(), count.parse().unwrap_or_else(|_| panic!("bad count in {l:?}")))
         })
         .collect()
+}
+
+/// Waits for `child` up to `limit`; kills it and fails the test if it takes longer.
+pub fn wait_with_timeout(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("process {} did not finish within {limit:?}", child.id());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn process_alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; it counts as gone.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => false,
+    }
 }

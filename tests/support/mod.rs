@@ -1,0 +1,41 @@
+//! What the integration tests share, one home per job. A test file brings it in with `mod support;`.
+//!
+//! | module | job |
+//! |---|---|
+//! | [`scratch`] | per-test folders (kept when the test fails) |
+//! | [`profcpu`] | running the binary (`collect`, `postprocess`) and reading what it wrote |
+//! | [`golden`] | the committed golden collection |
+//! | [`fixtures`] | a hand-built awkward profile for the report stage |
+//! | [`report`] | samples through the report stage as the pipeline streams them |
+//! | [`symbolize`] | a recording named as the pipeline names it |
+//! | [`recording`] | a perf.data read back with our reader |
+//! | [`inferno`] | inferno as library and as the CLI users run (missing CLI = failure) |
+//! | [`perf`] | Debian's perf (record, script) as the independent oracle |
+//! | [`busy`] | the recording tests' workload (`examples/busy.rs`) |
+//! | [`running_app`] | a started program that says when it is ready; the CPU lock |
+//! | [`dotnet`] | real .NET runtimes (8 and 3.1) and C# programs compiled for them |
+//! | [`webapi`] | the sample web API as a target, on the host or in namespaces |
+//! | [`chromium`] | headless Chromium for the flame graph |
+#![allow(dead_code)]
+
+pub mod busy;
+pub mod chromium;
+pub mod dotnet;
+pub mod fixtures;
+pub mod golden;
+pub mod inferno;
+pub mod perf;
+pub mod profcpu;
+pub mod recording;
+pub mod report;
+pub mod running_app;
+pub mod scratch;
+pub mod symbolize;
+pub mod webapi;
+
+/// The binary under test, as cargo built it for the test run.
+pub const PROFCPU: &str = env!("CARGO_BIN_EXE_profcpu");
+
+/// How long a real runtime may take to start and say it is ready (a cold start on a busy 2-CPU machine takes a
+/// few seconds).
+pub const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);

@@ -1,0 +1,40 @@
+//! Samples through the report stage exactly as the pipeline streams them ([`ProfileBuilder`]), with the text of
+//! perf_script.out collected in memory.
+
+use profcpu::report::profile::{Profile, ProfileBuilder, ReportOptions};
+use profcpu::report::Weight;
+use profcpu::symbolize::ResolvedSample;
+
+pub struct Rendered {
+    /// perf_script.out's text.
+    pub script: String,
+    pub profile: Profile,
+}
+
+impl Rendered {
+    /// folded_stacks.out's text.
+    pub fn folded(&self) -> String {
+        let mut out = Vec::new();
+        self.profile.folded.write(&mut out).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+}
+
+pub fn render<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &ReportOptions) -> Rendered {
+    let mut builder = ProfileBuilder::new(opts);
+    let mut script = Vec::new();
+    let mut header = Vec::new();
+    for sample in samples {
+        header.clear();
+        if let Some(stack) = builder.add(sample.clone(), &mut header, None) {
+            script.extend_from_slice(&header);
+            script.extend_from_slice(&stack.text);
+        }
+    }
+    Rendered { script: String::from_utf8(script).unwrap(), profile: builder.finish() }
+}
+
+/// The whole profile with the default view, weighted as given.
+pub fn render_weighted(samples: &[ResolvedSample], weight: Weight) -> Rendered {
+    render(samples, &ReportOptions { weight, ..ReportOptions::default() })
+}

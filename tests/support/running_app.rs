@@ -1,0 +1,70 @@
+//! A program started for a test that says when its measured phase begins (a `ready` line); killed when dropped.
+//! Also the lock that keeps CPU-heavy workloads of one test binary from running at once.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+/// Held by a test while it runs a workload and samples it: tests of one binary run on parallel threads, and on a
+/// small machine several busy runtimes at once starve each other of samples.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static CPU: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CPU.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A started program that prints `ready` when its measured phase begins; killed when dropped. Its stdout is read
+/// on a thread, so the program never blocks on a full pipe.
+pub struct RunningApp {
+    pub child: Child,
+    lines: Receiver<String>,
+}
+
+impl RunningApp {
+    /// Starts `cmd` (stdout piped) and waits up to `timeout` for the line `ready`.
+    pub fn start(mut cmd: Command, timeout: Duration) -> RunningApp {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::inherit());
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut app = RunningApp { child, lines };
+        app.wait_for_line("ready", timeout);
+        app
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn wait_for_line(&mut self, want: &str, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let mut seen = Vec::new();
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) if line.trim() == want => return seen,
+                Ok(line) => seen.push(line),
+                Err(RecvTimeoutError::Timeout) => panic!("no {want:?} line within {timeout:?}; got {seen:?}"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    let status = self.child.try_wait();
+                    panic!("program ended before printing {want:?} (status {status:?}); got {seen:?}")
+                }
+            }
+        }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for RunningApp {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
