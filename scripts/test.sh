@@ -20,7 +20,7 @@ bash examples/webapi/build.sh 3.1 >/dev/null
 # inferno's command-line tools: the tests compare our outputs with what `inferno-collapse-perf` makes of them, and
 # fail when it is missing. Installed once into the cache (a second run only checks the version).
 inferno_version=0.12.8
-if ! "$cache/inferno/bin/inferno-collapse-perf" --version 2>/dev/null | grep -q "$inferno_version"; then
+if ! cargo install --list --root "$cache/inferno" 2>/dev/null | grep -q "^inferno v$inferno_version:"; then
     echo "test: installing inferno $inferno_version into $cache/inferno (once, ~1 min)" >&2
     cargo install --quiet --locked inferno --version "$inferno_version" --root "$cache/inferno"
 fi
