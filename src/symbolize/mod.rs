@@ -18,6 +18,7 @@ mod jitdump;
 mod kallsyms;
 mod perf_map;
 mod proc_info;
+mod r2r;
 mod ranges;
 mod root_path;
 mod sources;
@@ -33,6 +34,7 @@ pub mod parsers {
     pub use super::kallsyms::{KernelSymbol, KernelSymbols};
     pub use super::perf_map::PerfMap;
     pub use super::proc_info::{parse_status, ProcessInfo, Status};
+    pub use super::r2r::{rva_of, CodePart, CodeRange, FileMapping, R2rImage, R2rMap, R2rMethod};
     pub use super::root_path::{open_in_root, resolve_in_root};
 }
 
