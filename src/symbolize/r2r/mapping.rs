@@ -9,7 +9,7 @@
 //! section table (`offset − PointerToRawData + VirtualAddress` of the section holding it).
 //!
 //! "ip − start of the mapping at file offset 0" is *not* safe: the first section is also mapped from file offset 0,
-//! one page-aligned step above the base. Observed on this machine (evidence kept in the module docs of `r2r`):
+//! one page-aligned step above the base. Observed in /proc/PID/maps of a running app on this machine:
 //! * .NET 8.0.4 CoreLib (`.text` VA 0x10200, raw 0x200): `r--p 0` at base (headers), `r-xp 0` at base+0x10000
 //!   (`.text`!), `rw-p 0x93e000` at base+0x96e000 (`.data`); plus a separate flat `r--s 0` view of the whole file.
 //! * .NET Core 3.1.23 CoreLib (`.data` first at VA 0x10200, `.text` VA 0x43200 raw 0x23200): `r--p 0` at base,

@@ -79,6 +79,9 @@ pub struct R2rMethod {
     pub len: u32,
     /// RVA of the method's entry point (its main body's first byte).
     pub method_start: u32,
+    /// Size of the method's hot code: main body plus the funclets after it (what the runtime's jitdump reports as
+    /// a `[PreJIT]` method's size).
+    pub method_len: u32,
     pub part: CodePart,
 }
 
@@ -107,6 +110,8 @@ struct Method {
     key: MethodKey,
     /// Index of the entry runtime function.
     entry: u32,
+    /// End RVA of its last hot runtime function (body or funclet).
+    hot_end: u32,
 }
 
 /// A parsed ReadyToRun image. Names are built when asked for; parsing only indexes code ranges.
@@ -286,11 +291,13 @@ impl R2rImage {
         };
         let mut name = self.method_name(method);
         name.push_str(if part == CodePart::Cold { "[PreJit-cold]" } else { "[PreJIT]" });
+        let method_start = self.functions.get(method.entry as usize).map_or(function.start, |f| f.start);
         Some(R2rMethod {
             name,
             start: function.start,
             len: function.end - function.start,
-            method_start: self.functions.get(method.entry as usize).map_or(function.start, |f| f.start),
+            method_start,
+            method_len: method.hot_end.saturating_sub(method_start),
             part,
         })
     }
@@ -396,7 +403,7 @@ impl R2rImage {
         for rid in 1..=count {
             let Some(at) = array.get(reader, rid - 1) else { continue };
             if let Some(entry) = entry_function(reader, at).filter(|&e| (e as usize) < self.functions.len()) {
-                self.methods.push(Method { key: MethodKey::Def(rid), entry });
+                self.methods.push(Method { key: MethodKey::Def(rid), entry, hot_end: 0 });
             }
         }
     }
@@ -418,7 +425,7 @@ impl R2rImage {
             }
             let sig_start = self.instance_signatures.len() as u32;
             self.instance_signatures.extend_from_slice(&sig[..len]);
-            self.methods.push(Method { key: MethodKey::Instance(sig_start, len as u32), entry });
+            self.methods.push(Method { key: MethodKey::Instance(sig_start, len as u32), entry, hot_end: 0 });
         }
         self.used_modules = used.into_iter().collect();
     }
@@ -456,6 +463,9 @@ impl R2rImage {
                 current = self.owners[index];
             } else {
                 self.owners[index] = current;
+            }
+            if let Some(method) = self.methods.get_mut(current as usize) {
+                method.hot_end = method.hot_end.max(self.functions[index].end);
             }
         }
         for (i, &(cold, hot)) in cold_ranges.iter().enumerate() {

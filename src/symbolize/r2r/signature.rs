@@ -292,8 +292,8 @@ fn pretty_type(md: &Metadata, r: &mut SigReader, out: &mut String) -> Option<()>
                 appendix.insert_str(0, &modifier);
             }
             ELEMENT_TYPE_PINNED => appendix.insert_str(0, " pinned"),
-            ELEMENT_TYPE_PTR => appendix.insert_str(0, "*"),
-            ELEMENT_TYPE_BYREF => appendix.insert_str(0, "&"),
+            ELEMENT_TYPE_PTR => appendix.insert(0, '*'),
+            ELEMENT_TYPE_BYREF => appendix.insert(0, '&'),
             0 => break,
             other => {
                 let _ = write!(out, "/* UNKNOWN TYPE (0x{other:X})*/");
@@ -676,5 +676,88 @@ struct Single<'m>(&'m Metadata);
 impl Modules for Single<'_> {
     fn module(&self, index: u32) -> Option<&Metadata> {
         (index == 0).then_some(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Metadata with no rows at all: enough for signatures made of primitives (tokens print as invalid).
+    fn empty_metadata() -> Metadata {
+        let mut blob = Vec::new();
+        blob.extend_from_slice(&0x424A_5342u32.to_le_bytes()); // BSJB
+        blob.extend_from_slice(&[1, 0, 1, 0, 0, 0, 0, 0]); // major, minor, reserved
+        blob.extend_from_slice(&4u32.to_le_bytes());
+        blob.extend_from_slice(b"v4\0\0");
+        blob.extend_from_slice(&[0, 0, 1, 0]); // flags, one stream
+        blob.extend_from_slice(&36u32.to_le_bytes());
+        blob.extend_from_slice(&24u32.to_le_bytes());
+        blob.extend_from_slice(b"#~\0\0");
+        blob.extend_from_slice(&[0; 24]); // table stream header: no tables
+        Metadata::parse(&blob).unwrap()
+    }
+
+    fn method(sig: &[u8]) -> String {
+        full_method_name(&empty_metadata(), sig, "A", "N.T", "M").unwrap()
+    }
+
+    #[test]
+    fn method_signatures_in_the_runtime_spelling() {
+        assert_eq!(method(&[0x20, 0x02, 0x08, 0x03, 0x08]), "instance int32 [A] N.T::M(char,int32)");
+        assert_eq!(method(&[0x00, 0x01, 0x01, 0x10, 0x1d, 0x08]), "void [A] N.T::M(int32[]&)");
+        assert_eq!(method(&[0x00, 0x01, 0x01, 0x0f, 0x0f, 0x03]), "void [A] N.T::M(char**)");
+        assert_eq!(method(&[0x10, 0x01, 0x01, 0x1e, 0x00, 0x1d, 0x13, 0x01]), "!!0 [A] N.T::M(!1[])");
+        assert_eq!(
+            method(&[0x00, 0x01, 0x19, 0x14, 0x08, 0x02, 0x00, 0x02, 0x00, 0x00]),
+            "native uint [A] N.T::M(int32[0...,0...])"
+        );
+        assert_eq!(method(&[0x00, 0x01, 0x01, 0x1b, 0x00, 0x01, 0x01, 0x08]), "void [A] N.T::M(method void *(int32))");
+        assert_eq!(method(&[0x05, 0x02, 0x01, 0x08, 0x41, 0x0a]), "vararg void [A] N.T::M(int32,...,int64)");
+        // Tokens the metadata lacks print as the runtime prints them, without failing the name.
+        assert_eq!(
+            method(&[0x00, 0x01, 0x01, 0x12, 0x14]),
+            "void [A] N.T::M(class  [ERROR: INVALID TOKEN 0x02000005] )"
+        );
+        // More parameters announced than present.
+        assert_eq!(method(&[0x00, 0x02, 0x01, 0x08]), "void [A] N.T::M(int32 [SIGNATURE ENDED PREMATURELY])");
+    }
+
+    #[test]
+    fn malformed_signatures_fail_cleanly() {
+        let md = empty_metadata();
+        for sig in [&[][..], &[0x00], &[0x00, 0x01], &[0x00, 0x01, 0x01, 0x1d], &[0x00, 0x01, 0x01, 0x15, 0x15, 0x15]] {
+            assert_eq!(full_method_name(&md, sig, "A", "T", "M"), None, "{sig:x?}");
+        }
+        // Nesting deeper than the node budget allows.
+        let mut deep = vec![0x00, 0x01, 0x01];
+        deep.extend(std::iter::repeat_n(0x1d, 10_000));
+        deep.push(0x08);
+        assert_eq!(full_method_name(&md, &deep, "A", "T", "M"), None);
+    }
+
+    struct None_;
+    impl Modules for None_ {
+        fn module(&self, _: u32) -> Option<&Metadata> {
+            None
+        }
+    }
+
+    fn r2r(sig: &[u8]) -> Option<String> {
+        let mut out = String::new();
+        r2r_type(&None_, 0, 0, &mut SigReader::new(sig), Some(&mut out))?;
+        Some(out)
+    }
+
+    #[test]
+    fn r2r_types_in_typestring_spelling() {
+        assert_eq!(r2r(&[0x1d, 0x08]).unwrap(), "System.Int32[]");
+        assert_eq!(r2r(&[0x3e]).unwrap(), "System.__Canon");
+        assert_eq!(r2r(&[0x14, 0x0e, 0x02, 0x00, 0x00]).unwrap(), "System.String[,]");
+        assert_eq!(r2r(&[0x0f, 0x19]).unwrap(), "System.UIntPtr*");
+        // A module we cannot read: the type prints as `?`, the rest of the signature still decodes.
+        assert_eq!(r2r(&[0x3f, 0x05, 0x12, 0x08]).unwrap(), "?");
+        assert_eq!(r2r(&[0x3f]), None);
+        assert_eq!(r2r(&[0x55]), None);
     }
 }
