@@ -17,13 +17,21 @@
 //! (cold parts: `[PreJit-cold]`, as the runtime writes it), so an R2R frame and a later JIT'd tier of the same
 //! method differ only in the tag (`-strip-tiers` merges them).
 //!
-//! Supported: R2R major versions 3–9 and later as long as the layout of these sections stays (3.1 ships major 3
-//! or 4, .NET 8 major 9); x64 gets exact function bounds, other CPUs approximate ones (their RUNTIME_FUNCTION has
-//! no end). Generic instantiations are named with their owner type's instantiation (`Dictionary`2[System.__Canon,
+//! Supported: the section layout shared by R2R major versions 3 to 9 (checked on .NET Core 3.1.23, format 3.1, and
+//! .NET 8.0.4, format 9.1); x64 gets exact function bounds, other CPUs approximate ones (their RUNTIME_FUNCTION
+//! has no end). A facade with an R2R header but no code is reported as such. Generic instantiations are named with their owner type's instantiation (`Dictionary`2[System.__Canon,
 //! System.Int32]::TryInsert(!0,!1,…)`); types from other assemblies in an instantiation print as `?` unless that
 //! assembly's file is supplied with [`R2rImage::add_reference`] (see [`R2rImage::missing_references`]).
-//! Composite images (one native file for many assemblies) are parsed for their code ranges
-//! ([`R2rImage::function_start`]) but not named: their metadata lives in the component files.
+//! Composite images (one native file for many assemblies, found through the `RTR_HEADER` export) are parsed for
+//! their code ranges ([`R2rImage::function_start`]) but not named: their metadata lives in the component files.
+//! A component file itself is refused with the name of its composite image.
+//!
+//! Use from the symbolizer: parse the file a sample's mapping names (capped in size, read through the target's
+//! root), turn `pgoff + ip − start` into an RVA with [`R2rImage::rva_of_file_offset`] (or [`rva_of`] on
+//! /proc/PID/maps), then [`R2rImage::lookup`]; when it returns `None`, [`R2rImage::function_start`] still gives
+//! one box per code block. [`R2rImage::methods`] lists every range (for an offsets listing or uprobes at
+//! `method_start` of `CodePart::Body` entries). An `<image>.r2rmap` beside the file, when present, is read with
+//! [`R2rMap`] (crossgen2's spelling, not the runtime's).
 //!
 //! In a live process an `ip` maps to an RVA through the mapping that holds it and the PE section table: see
 //! [`rva_of`] (the mapping rule found on .NET 8.0.4 and .NET Core 3.1.23, with the /proc/PID/maps evidence).
@@ -178,7 +186,7 @@ impl R2rImage {
         }
         image.assign_owners(&headers, &reader);
         if image.functions.is_empty() {
-            bail!("ReadyToRun image without runtime functions: it holds no precompiled code");
+            bail!("ReadyToRun image without precompiled code (a facade that only forwards types?): nothing to name");
         }
         Ok(image)
     }
@@ -524,8 +532,8 @@ fn instance_signature_len(sig: &[u8], used: &mut std::collections::BTreeSet<u32>
         used.insert(r.u32()?);
     }
     if flags & SIG_OWNER_TYPE != 0 {
-        note_module_overrides(sig, r.pos, used);
         signature::r2r_type(&NoModules, 0, 0, &mut r, None)?;
+        used.extend(r.modules_seen.iter().copied());
     }
     r.u32()?; // method token row (or slot)
     if flags & SIG_METHOD_INSTANTIATION != 0 {
@@ -538,24 +546,6 @@ fn instance_signature_len(sig: &[u8], used: &mut std::collections::BTreeSet<u32>
         signature::r2r_type(&NoModules, 0, 0, &mut r, None)?;
     }
     Some(r.pos)
-}
-
-/// Records the module indexes of `ELEMENT_TYPE_MODULE_ZAPSIG`s in the owner type starting at `at`. A byte scan
-/// over-approximates (a token byte can equal 0x3f); that only makes `missing_references` suggest an extra file.
-fn note_module_overrides(sig: &[u8], at: usize, used: &mut std::collections::BTreeSet<u32>) {
-    let mut r = SigReader::new(sig);
-    r.pos = at;
-    let mut scan = at;
-    while scan < sig.len() && used.len() < 64 {
-        if sig[scan] == ELEMENT_TYPE_MODULE_ZAPSIG {
-            r.pos = scan + 1;
-            if let Some(index) = r.u32() {
-                used.insert(index);
-            }
-        }
-        scan += 1;
-    }
-    used.insert(0);
 }
 
 /// The entry runtime function of an entry point: `(index << 1) | has_fixups`, with fixups `(index << 2) | 0b11 or

@@ -72,11 +72,13 @@ pub struct SigReader<'a> {
     bytes: &'a [u8],
     pub pos: usize,
     budget: u32,
+    /// Module indexes of the `ELEMENT_TYPE_MODULE_ZAPSIG`s decoded so far.
+    pub modules_seen: Vec<u32>,
 }
 
 impl<'a> SigReader<'a> {
     pub fn new(bytes: &'a [u8]) -> SigReader<'a> {
-        SigReader { bytes, pos: 0, budget: NODE_BUDGET }
+        SigReader { bytes, pos: 0, budget: NODE_BUDGET, modules_seen: Vec::new() }
     }
 
     fn spend(&mut self) -> Option<()> {
@@ -426,7 +428,7 @@ fn pretty_class(md: &Metadata, token: Token, out: &mut String, r: &mut SigReader
         }
         metadata::TYPE_SPEC => {
             let sig = md.type_spec_signature(rid)?;
-            let mut inner = SigReader { bytes: sig, pos: 0, budget: r.budget };
+            let mut inner = SigReader { budget: r.budget, ..SigReader::new(sig) };
             pretty_type(md, &mut inner, out)?;
             r.budget = inner.budget;
         }
@@ -611,6 +613,7 @@ pub fn r2r_type(
         ELEMENT_TYPE_PINNED => r2r_type(modules, module, outer, r, out)?,
         ELEMENT_TYPE_MODULE_ZAPSIG => {
             let override_module = r.u32()?;
+            r.modules_seen.push(override_module);
             r2r_type(modules, override_module, outer, r, out)?;
         }
         ELEMENT_TYPE_NATIVE_VALUETYPE_ZAPSIG => {
@@ -658,7 +661,7 @@ fn named_token(modules: &dyn Modules, module: u32, token: Token, r: &mut SigRead
         metadata::TYPE_REF => type_ref_name(md, rid, out, 0),
         metadata::TYPE_SPEC => md.type_spec_signature(rid).and_then(|sig| {
             // A TypeSpec's own tokens live in the module that holds it.
-            let mut inner = SigReader { bytes: sig, pos: 0, budget: r.budget };
+            let mut inner = SigReader { budget: r.budget, ..SigReader::new(sig) };
             let done = r2r_type(&Single(md), 0, 0, &mut inner, Some(out));
             r.budget = inner.budget;
             done
