@@ -427,7 +427,11 @@ impl R2rImage {
         for at in table.entries(reader) {
             let Some(sig) = bytes.get(at as usize..) else { continue };
             let Some(len) = instance_signature_len(sig, &mut used) else { continue };
-            let Some(entry) = entry_function(reader, at + len as u32) else { continue };
+            let Some(entry) =
+                (at as usize).checked_add(len).and_then(|e| entry_function(reader, u32::try_from(e).ok()?))
+            else {
+                continue;
+            };
             if entry as usize >= self.functions.len() {
                 continue;
             }
