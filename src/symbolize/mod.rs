@@ -16,6 +16,7 @@ mod kallsyms;
 mod options;
 mod perf_map;
 mod proc_info;
+mod r2r;
 #[cfg(test)]
 mod random_inputs;
 mod ranges;
@@ -35,6 +36,7 @@ pub mod parsers {
     pub use super::kallsyms::{KernelSymbol, KernelSymbols};
     pub use super::perf_map::PerfMap;
     pub use super::proc_info::{parse_status, ProcessInfo, Status};
+    pub use super::r2r::{rva_of, CodePart, CodeRange, FileMapping, Machine, PeSection, R2rImage, R2rMap, R2rMethod};
     pub use super::root_path::{open_in_root, resolve_in_root};
 }
 
