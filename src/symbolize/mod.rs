@@ -21,6 +21,7 @@ mod proc_info;
 mod ranges;
 mod root_path;
 mod sources;
+pub mod symbol_server;
 mod symbolizer;
 
 pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
