@@ -49,8 +49,23 @@ fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// This run's directory under cargo's tmp dir (not under /tmp: a namespaced app has its own). Directories of
+/// earlier runs whose process is gone are removed on first use.
 fn work_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("dotnet-ipc-{}", std::process::id()))
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("dotnet-ipc-").and_then(|p| p.parse::<u32>().ok()) {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        base.join(format!("dotnet-ipc-{}", std::process::id()))
+    })
+    .clone()
 }
 
 /// The directory holding `dotnet` for version "8" or "3.1" (downloaded once by the repository's script).
@@ -229,8 +244,17 @@ impl Drop for DotnetApp {
         kill_all(self.leader.id(), &[self.host_pid]);
         let _ = self.leader.wait();
         if !self.in_container {
-            for name in ["perf-{}.map", "perfinfo-{}.map", "jit-{}.dump"] {
-                let _ = std::fs::remove_file(format!("/tmp/{}", name.replace("{}", &self.host_pid.to_string())));
+            // A killed runtime leaves its files and its diagnostics socket (3.1 also debugger pipes) in /tmp.
+            let pid = self.host_pid.to_string();
+            for entry in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let ours = [format!("perf-{pid}.map"), format!("perfinfo-{pid}.map"), format!("jit-{pid}.dump")]
+                    .contains(&name)
+                    || name.starts_with(&format!("dotnet-diagnostic-{pid}-"))
+                    || name.starts_with(&format!("clr-debug-pipe-{pid}-"));
+                if ours {
+                    let _ = std::fs::remove_file(entry.path());
+                }
             }
         }
     }
@@ -410,13 +434,22 @@ struct FakeTarget {
 
 impl FakeTarget {
     fn new(name: &str) -> FakeTarget {
+        FakeTarget::with_env(name, &[])
+    }
+
+    fn with_env(name: &str, env: &[(&str, &str)]) -> FakeTarget {
         let base = work_root().join(format!("fake-{name}"));
         let _ = std::fs::remove_dir_all(&base);
         let root = base.join("root");
         std::fs::create_dir_all(root.join("tmp")).unwrap();
         std::fs::copy(pause_binary(), root.join("pause")).unwrap();
-        let child =
-            Command::new("chroot").arg(&root).arg("/pause").stdin(Stdio::null()).spawn().expect("cannot run chroot");
+        let child = Command::new("chroot")
+            .arg(&root)
+            .arg("/pause")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("cannot run chroot");
         let target = FakeTarget { child, base, root };
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::fs::read_link(format!("/proc/{}/root", target.pid())).ok().as_deref() != Some(&target.root) {
@@ -471,8 +504,17 @@ struct Peer {
 
 impl Peer {
     fn serve(path: &Path, behaviour: Behaviour) -> Peer {
-        let _ = std::fs::remove_file(path);
-        let listener = UnixListener::bind(path).unwrap_or_else(|e| panic!("cannot bind {}: {e}", path.display()));
+        Peer::serve_moved(path, path, behaviour)
+    }
+
+    /// Binds at `bind_path` and then renames the socket to `path` (which may be longer than `sun_path` allows).
+    fn serve_moved(bind_path: &Path, path: &Path, behaviour: Behaviour) -> Peer {
+        let _ = std::fs::remove_file(bind_path);
+        let listener =
+            UnixListener::bind(bind_path).unwrap_or_else(|e| panic!("cannot bind {}: {e}", bind_path.display()));
+        if bind_path != path {
+            std::fs::rename(bind_path, path).unwrap();
+        }
         listener.set_nonblocking(true).unwrap();
         let (accepted, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
         let (accepted2, stop2) = (accepted.clone(), stop.clone());
@@ -588,6 +630,25 @@ fn a_well_behaved_peer_and_stale_sockets() {
         runtime.perf_maps_already_on().unwrap(),
         Some(AlreadyOn::FileExists(format!("/tmp/perf-{}.map", target.pid())))
     );
+}
+
+#[test]
+fn socket_in_a_long_tmpdir_beyond_sun_path_is_reached() {
+    // The runtime puts its socket in $TMPDIR; seen from the host through /proc/PID/root, this one's path is longer
+    // than a sockaddr_un can hold.
+    let tmpdir = format!("/tmp/{}", "x".repeat(120));
+    let target = FakeTarget::with_env("long", &[("TMPDIR", &tmpdir)]);
+    let name = target.socket_name(target.start_time());
+    std::fs::create_dir_all(target.root.join(tmpdir.trim_start_matches('/'))).unwrap();
+    let path = target.root.join(tmpdir.trim_start_matches('/')).join(&name);
+    let host_view = format!("/proc/{}/root{tmpdir}/{name}", target.pid());
+    assert!(host_view.len() > 108, "{host_view}");
+    assert!(UnixStream::connect(&host_view).is_err(), "a plain connect should not fit the path");
+    let peer = Peer::serve_moved(&target.base.join("bind.sock"), &path, Behaviour::Runtime);
+    let runtime = find(target.pid());
+    assert_eq!(runtime.socket_path(), format!("{tmpdir}/{name}"));
+    runtime.enable_perf_map(PerfMapType::PerfMap).unwrap();
+    assert_eq!(peer.connections(), 1);
 }
 
 #[test]

@@ -15,8 +15,22 @@ use std::time::{Duration, Instant};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
+/// This run's directory under cargo's tmp dir; directories of earlier runs whose process is gone are removed.
 fn work_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("symbol-server-{}", std::process::id()))
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("symbol-server-").and_then(|p| p.parse::<u32>().ok()) {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        base.join(format!("symbol-server-{}", std::process::id()))
+    })
+    .clone()
 }
 
 /// A fresh directory for one test.
