@@ -20,6 +20,11 @@
 //!   jitdump, i.e. for types 1 (ALL) and 2 (JITDUMP): 281 such records in a small console app, none in the perf
 //!   map. Type 1 creates `perf-<pid>.map`, `perfinfo-<pid>.map` and `jit-<pid>.dump`; 2 only the jitdump;
 //!   3 only the two map files. The reply took 1–6 ms.
+//! - Stubs (`stub<N> …` lines) that existed before the call are not re-emitted, later ones are: a small app
+//!   enabled by IPC lists its 5 methods and no stubs, the same app started with `DOTNET_PerfMapEnabled=1` lists
+//!   the same methods plus 987 stub lines. `perfinfo-<pid>.map` gets an `ImageLoad;<path>;{MVID};<base>;` line for
+//!   every loaded assembly (`(nil)` as base for IL-only ones). Map lines look like
+//!   `0x7f7bb3422360 97 int64 [App] App::BeforeEnable(int32)[QuickJitted]` (`%p`: lower-case, `0x`).
 //! - Enabling what is already on (e.g. by `DOTNET_PerfMapEnabled=1`) leaves the files open and appends the
 //!   existing methods again (duplicates, harmless).
 //! - DisablePerfMap stops all writing at once (a method first compiled afterwards appears nowhere) and closes the
