@@ -31,6 +31,8 @@ requirements=(
     "chromium:chromium"
     "binutils:objcopy,strip"
     "gcc:gcc"
+    # libc.a and the C start files: tests compile C programs, one of them static (gcc only recommends it).
+    "libc6-dev:"
     "util-linux:unshare,nsenter"
     # The example scripts fetch the .NET runtime wheel and poll the API.
     "curl:curl"

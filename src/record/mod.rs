@@ -2,6 +2,7 @@
 //! records streamed into a perf.data as they arrive.
 
 mod buildid;
+pub mod dotnet_ipc;
 mod dsos;
 mod engine;
 mod events;

@@ -22,6 +22,7 @@ mod random_inputs;
 mod ranges;
 mod root_path;
 mod sources;
+pub mod symbol_server;
 mod symbolizer;
 mod symbols_dir;
 

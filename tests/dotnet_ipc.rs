@@ -1,0 +1,714 @@
+//! `record::dotnet_ipc` against real .NET runtimes (8.0.4 and Core 3.1 from `scripts/dotnet-runtime.sh`), on the
+//! host and in a "container" (own PID + mount namespace, private tmpfs on /tmp), and against hostile or broken
+//! peers served by the test itself: a socket that answers garbage, never answers or hangs up; symlinks planted at
+//! the socket's name or over the target's /tmp; a regular file or another user's socket in its place.
+
+use profcpu::record::dotnet_ipc::{AlreadyOn, DotnetRuntime, IpcError, Lookup, PerfMapType};
+use profcpu::symbolize::parsers::JitDump;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The test program: each stdin line names a method to run, and `done <line>` answers once it returned, so the
+/// test knows exactly which methods have been JIT-compiled at each step.
+const APP_SOURCE: &str = r#"
+using System;
+using System.Runtime.CompilerServices;
+public static class App {
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long BeforeEnable(int n) { long s = 0; for (int i = 0; i < n; i++) s += i ^ (s >> 3); return s; }
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long WhileEnabled(int n) { long s = 1; for (int i = 0; i < n; i++) s += i * 7 ^ (s >> 2); return s; }
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static long AfterDisable(int n) { long s = 2; for (int i = 0; i < n; i++) s += i * 5 ^ (s >> 1); return s; }
+    public static void Main() {
+        Console.WriteLine("ready " + System.Diagnostics.Process.GetCurrentProcess().Id);
+        string line;
+        while ((line = Console.ReadLine()) != null) {
+            long r = 0;
+            switch (line.Trim()) {
+                case "before": r = BeforeEnable(1000); break;
+                case "while": r = WhileEnabled(1000); break;
+                case "after": r = AfterDisable(1000); break;
+            }
+            Console.WriteLine("done " + line.Trim() + " " + r);
+        }
+    }
+}
+"#;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// This run's directory under cargo's tmp dir (not under /tmp: a namespaced app has its own). Directories of
+/// earlier runs whose process is gone are removed on first use.
+fn work_root() -> PathBuf {
+    static ROOT: OnceLock<PathBuf> = OnceLock::new();
+    ROOT.get_or_init(|| {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("dotnet-ipc-").and_then(|p| p.parse::<u32>().ok()) {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    let _ = std::fs::remove_dir_all(entry.path());
+                }
+            }
+        }
+        base.join(format!("dotnet-ipc-{}", std::process::id()))
+    })
+    .clone()
+}
+
+/// The directory holding `dotnet` for version "8" or "3.1" (downloaded once by the repository's script).
+fn runtime_dir(version: &str) -> PathBuf {
+    static DIRS: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+    let dirs = DIRS.get_or_init(Default::default);
+    let mut dirs = dirs.lock().unwrap_or_else(|e| e.into_inner());
+    dirs.entry(version.to_string())
+        .or_insert_with(|| {
+            let out = Command::new("bash")
+                .arg(repo().join("scripts/dotnet-runtime.sh"))
+                .arg(version)
+                .output()
+                .expect("cannot run bash scripts/dotnet-runtime.sh");
+            assert!(
+                out.status.success(),
+                "scripts/dotnet-runtime.sh {version} failed (run scripts/setup-deps.sh first):\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+            assert!(dir.join("dotnet").is_file(), "no dotnet in {}", dir.display());
+            dir
+        })
+        .clone()
+}
+
+/// App.dll compiled by mcs, with a runtimeconfig for `version`, outside /tmp (a namespaced app has its own /tmp).
+fn app_dll(version: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let built = BUILT.get_or_init(|| {
+        let dir = work_root().join("build");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("App.cs"), APP_SOURCE).unwrap();
+        let out = Command::new("mcs")
+            .arg(format!("-out:{}", dir.join("App.dll").display()))
+            .arg("-r:System.dll")
+            .arg(dir.join("App.cs"))
+            .output()
+            .expect("cannot run mcs (install mono-mcs: scripts/setup-deps.sh)");
+        assert!(
+            out.status.success(),
+            "mcs failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        dir.join("App.dll")
+    });
+    let (tfm, framework) = match version {
+        "8" => ("net8.0", "8.0.0"),
+        "3.1" => ("netcoreapp3.1", "3.1.0"),
+        other => panic!("no runtimeconfig for {other}"),
+    };
+    let dir = work_root().join(format!("app-{version}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(built, dir.join("App.dll")).unwrap();
+    std::fs::write(
+        dir.join("App.runtimeconfig.json"),
+        format!(r#"{{"runtimeOptions":{{"tfm":"{tfm}","framework":{{"name":"Microsoft.NETCore.App","version":"{framework}"}}}}}}"#),
+    )
+    .unwrap();
+    dir.join("App.dll")
+}
+
+/// SIGKILL to a process group we started and to the given processes.
+fn kill_all(group: u32, pids: &[u32]) {
+    // SAFETY: kill(2) on processes this test started; no memory is involved.
+    unsafe {
+        libc::kill(-(group as i32), libc::SIGKILL);
+        for &pid in pids {
+            libc::kill(pid as i32, libc::SIGKILL);
+        }
+    }
+}
+
+fn first_child_of(pid: u32) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+        if let Some(child) = children.split_whitespace().next() {
+            return child.parse().unwrap();
+        }
+        assert!(Instant::now() < deadline, "unshare (PID {pid}) started no child");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn nstgid(host_pid: u32) -> u32 {
+    let status = std::fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("NStgid:")).unwrap();
+    line.split_whitespace().last().unwrap().parse().unwrap()
+}
+
+/// The test program on a real runtime, driven through its stdin. Killed (with its namespace) when dropped.
+struct DotnetApp {
+    leader: Child,
+    host_pid: u32,
+    nspid: u32,
+    stdin: ChildStdin,
+    lines: Receiver<String>,
+    in_container: bool,
+}
+
+impl DotnetApp {
+    fn start(version: &str, in_container: bool, env: &[(&str, &str)]) -> DotnetApp {
+        let dotnet = runtime_dir(version).join("dotnet");
+        let dll = app_dll(version);
+        let mut cmd =
+            if in_container {
+                let mut c = Command::new("unshare");
+                c.args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private"])
+                    .args(["sh", "-c", "mount -t tmpfs tmpfs /tmp && exec \"$0\" \"$@\""]);
+                c.arg(&dotnet);
+                c
+            } else {
+                Command::new(&dotnet)
+            };
+        cmd.arg(&dll)
+            .env_remove("DOTNET_PerfMapEnabled")
+            .env_remove("COMPlus_PerfMapEnabled")
+            .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0);
+        let mut leader = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}"));
+        let stdin = leader.stdin.take().unwrap();
+        let stdout = BufReader::new(leader.stdout.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let leader_pid = leader.id();
+        let host_pid = if in_container { first_child_of(leader_pid) } else { leader_pid };
+        let mut app = DotnetApp { leader, host_pid, nspid: 0, stdin, lines, in_container };
+        let ready = app.wait_for("ready ");
+        app.nspid = ready.trim_start_matches("ready ").trim().parse().unwrap();
+        assert_eq!(app.nspid, nstgid(host_pid), "the app's own PID differs from NStgid of host PID {host_pid}");
+        if in_container {
+            assert_eq!(app.nspid, 1, "the namespaced app is not PID 1 in its PID namespace");
+        }
+        app
+    }
+
+    fn wait_for(&mut self, prefix: &str) -> String {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            match self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!("the app printed no {prefix:?} within {START_TIMEOUT:?}"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("the app exited ({:?}) before printing {prefix:?}", self.leader.try_wait())
+                }
+            }
+        }
+    }
+
+    /// Runs one of the app's methods and waits until it returned.
+    fn call(&mut self, what: &str) {
+        writeln!(self.stdin, "{what}").unwrap();
+        self.stdin.flush().unwrap();
+        self.wait_for(&format!("done {what} "));
+    }
+
+    /// The host path of a file in the app's /tmp (through its root: a container's /tmp is private).
+    fn tmp_file(&self, name: &str) -> PathBuf {
+        PathBuf::from(format!("/proc/{}/root/tmp/{name}", self.host_pid))
+    }
+}
+
+impl Drop for DotnetApp {
+    fn drop(&mut self) {
+        kill_all(self.leader.id(), &[self.host_pid]);
+        let _ = self.leader.wait();
+        if !self.in_container {
+            // A killed runtime leaves its files and its diagnostics socket (3.1 also debugger pipes) in /tmp.
+            let pid = self.host_pid.to_string();
+            for entry in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let ours = [format!("perf-{pid}.map"), format!("perfinfo-{pid}.map"), format!("jit-{pid}.dump")]
+                    .contains(&name)
+                    || name.starts_with(&format!("dotnet-diagnostic-{pid}-"))
+                    || name.starts_with(&format!("clr-debug-pipe-{pid}-"));
+                if ours {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+    }
+}
+
+fn find(host_pid: u32) -> DotnetRuntime {
+    match DotnetRuntime::find(host_pid).expect("find failed") {
+        Lookup::Found(runtime) => runtime,
+        other => panic!("no runtime found for PID {host_pid}: {other:?}"),
+    }
+}
+
+/// Names in a perf map (`START SIZE NAME` lines).
+fn perf_map_names(path: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    text.lines().filter_map(|l| l.splitn(3, ' ').nth(2)).map(str::to_string).collect()
+}
+
+fn jitdump_names(path: &Path) -> Vec<String> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let dump = JitDump::parse(&bytes);
+    assert!(dump.warnings.is_empty(), "{}: {:?}", path.display(), dump.warnings);
+    dump.codes().iter().map(|c| c.name.to_string()).collect()
+}
+
+fn count_named(names: &[String], needle: &str) -> usize {
+    names.iter().filter(|n| n.contains(needle)).count()
+}
+
+/// Enable on a runtime that never had perf maps: methods compiled before the call are named (R2R ones in the
+/// jitdump too), disable stops all writing, and the cleanup removes exactly the three files.
+fn enable_disable_cleanup(app: &mut DotnetApp) {
+    app.call("before");
+    let runtime = find(app.host_pid);
+    assert_eq!(runtime.version(), Some("8.0.4"));
+    assert_eq!(runtime.nspid(), app.nspid);
+    assert_eq!(runtime.perf_maps_already_on().unwrap(), None);
+    let (map, info, dump) = (
+        app.tmp_file(&format!("perf-{}.map", app.nspid)),
+        app.tmp_file(&format!("perfinfo-{}.map", app.nspid)),
+        app.tmp_file(&format!("jit-{}.dump", app.nspid)),
+    );
+    assert!(!map.exists() && !dump.exists(), "perf map files exist before enabling");
+
+    let started = Instant::now();
+    let enabled = runtime.enable_perf_map(PerfMapType::All).unwrap_or_else(|e| panic!("enable failed: {e}"));
+    eprintln!("EnablePerfMap(ALL) answered in {:?}", started.elapsed());
+    let expected_files =
+        [format!("perf-{}.map", app.nspid), format!("perfinfo-{}.map", app.nspid), format!("jit-{}.dump", app.nspid)];
+    assert_eq!(enabled.created_files(), expected_files);
+    assert!(info.is_file());
+
+    let map_names = perf_map_names(&map);
+    let dump_names = jitdump_names(&dump);
+    assert_eq!(count_named(&map_names, "App::BeforeEnable"), 1, "perf map: {map_names:?}");
+    assert_eq!(count_named(&dump_names, "App::BeforeEnable"), 1);
+    let prejit_in_dump = count_named(&dump_names, "[PreJIT]");
+    eprintln!(
+        "after enable: perf map {} lines ({} [PreJIT]), jitdump {} records ({prejit_in_dump} [PreJIT])",
+        map_names.len(),
+        count_named(&map_names, "[PreJIT]"),
+        dump_names.len()
+    );
+    assert!(prejit_in_dump > 10, "R2R methods restored before enabling are missing from the jitdump");
+
+    app.call("while");
+    assert_eq!(count_named(&perf_map_names(&map), "App::WhileEnabled"), 1);
+    assert_eq!(count_named(&jitdump_names(&dump), "App::WhileEnabled"), 1);
+
+    runtime.disable_perf_map().unwrap_or_else(|e| panic!("disable failed: {e}"));
+    let sizes = |paths: &[&PathBuf]| paths.iter().map(|p| std::fs::metadata(p).unwrap().len()).collect::<Vec<_>>();
+    let after_disable = sizes(&[&map, &dump]);
+    app.call("after");
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(sizes(&[&map, &dump]), after_disable, "the runtime still writes after DisablePerfMap");
+    assert_eq!(count_named(&perf_map_names(&map), "App::AfterDisable"), 0);
+    assert_eq!(count_named(&jitdump_names(&dump), "App::AfterDisable"), 0);
+
+    let removed = enabled.remove_created_files().unwrap();
+    assert_eq!(removed, expected_files);
+    assert!(!map.exists() && !info.exists() && !dump.exists(), "cleanup left files behind");
+    // The runtime lives on and still answers.
+    app.call("before");
+    runtime.disable_perf_map().unwrap();
+}
+
+#[test]
+fn enable_names_earlier_methods_and_disable_stops_writing_on_the_host() {
+    let mut app = DotnetApp::start("8", false, &[]);
+    enable_disable_cleanup(&mut app);
+}
+
+#[test]
+fn container_app_is_reached_through_its_root() {
+    let host_map = PathBuf::from("/tmp/perf-1.map");
+    let host_map_before = std::fs::metadata(&host_map).ok().map(|m| (m.len(), m.modified().unwrap()));
+    let mut app = DotnetApp::start("8", true, &[]);
+    let runtime = find(app.host_pid);
+    assert_eq!(runtime.nspid(), 1);
+    assert!(runtime.socket_path().starts_with("/tmp/dotnet-diagnostic-1-"), "{}", runtime.socket_path());
+    // The container's /tmp is its own: the socket is not visible in the host's.
+    let socket_name = runtime.socket_path().trim_start_matches("/tmp/").to_string();
+    assert!(!Path::new("/tmp").join(&socket_name).exists());
+    enable_disable_cleanup(&mut app);
+    let host_map_after = std::fs::metadata(&host_map).ok().map(|m| (m.len(), m.modified().unwrap()));
+    assert_eq!(host_map_before, host_map_after, "enabling in the container touched the host's /tmp/perf-1.map");
+}
+
+#[test]
+fn app_with_perf_maps_on_keeps_its_files() {
+    let mut app = DotnetApp::start("8", false, &[("DOTNET_PerfMapEnabled", "1")]);
+    app.call("before");
+    let runtime = find(app.host_pid);
+    assert_eq!(runtime.perf_maps_already_on().unwrap(), Some(AlreadyOn::Setting("DOTNET_PerfMapEnabled=1".into())));
+    let map = app.tmp_file(&format!("perf-{}.map", app.nspid));
+    let dump = app.tmp_file(&format!("jit-{}.dump", app.nspid));
+    assert!(map.is_file() && dump.is_file());
+    // A caller that enables anyway owns none of the files, so its cleanup removes nothing.
+    let enabled = runtime.enable_perf_map(PerfMapType::All).unwrap();
+    assert!(enabled.created_files().is_empty(), "{:?}", enabled.created_files());
+    assert!(enabled.remove_created_files().unwrap().is_empty());
+    assert!(map.is_file() && dump.is_file(), "the app's own perf map files were removed");
+    app.call("while");
+    assert_eq!(count_named(&perf_map_names(&map), "App::WhileEnabled"), 1);
+}
+
+#[test]
+fn diagnostics_switched_off_is_reported() {
+    let app = DotnetApp::start("8", false, &[("DOTNET_EnableDiagnostics", "0")]);
+    match DotnetRuntime::find(app.host_pid).unwrap() {
+        Lookup::DiagnosticsDisabled { setting, .. } => assert_eq!(setting, "DOTNET_EnableDiagnostics=0"),
+        other => panic!("expected DiagnosticsDisabled, got {other:?}"),
+    }
+}
+
+#[test]
+fn dotnet_core_3_1_is_told_to_restart() {
+    let mut app = DotnetApp::start("3.1", false, &[]);
+    app.call("before");
+    let runtime = find(app.host_pid);
+    assert_eq!(runtime.version(), Some("3.1.23"));
+    let err = runtime.enable_perf_map(PerfMapType::All).expect_err("3.1 cannot enable perf maps");
+    assert!(matches!(err, IpcError::Unsupported { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("COMPlus_PerfMapEnabled=1") && message.contains("3.1.23"), "{message}");
+    assert!(!app.tmp_file(&format!("perf-{}.map", app.nspid)).exists());
+    assert!(matches!(runtime.disable_perf_map(), Err(IpcError::Unsupported { .. })));
+    app.call("while");
+}
+
+// ---- Hostile and broken peers: a fake target whose root and /tmp the test controls. ----
+
+/// A static `pause` program, so a chrooted process needs nothing else from its root.
+fn pause_binary() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = work_root().join("pause");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("pause.c"), "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n").unwrap();
+        let out = Command::new("gcc")
+            .args(["-static", "-O2", "-o"])
+            .arg(dir.join("pause"))
+            .arg(dir.join("pause.c"))
+            .output()
+            .expect("cannot run gcc (scripts/setup-deps.sh installs it)");
+        assert!(out.status.success(), "gcc -static failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        dir.join("pause")
+    })
+}
+
+/// A process chrooted into a directory of the test's: its root (`/proc/PID/root`) is `root`.
+struct FakeTarget {
+    child: Child,
+    base: PathBuf,
+    root: PathBuf,
+}
+
+impl FakeTarget {
+    fn new(name: &str) -> FakeTarget {
+        FakeTarget::with_env(name, &[])
+    }
+
+    fn with_env(name: &str, env: &[(&str, &str)]) -> FakeTarget {
+        let base = work_root().join(format!("fake-{name}"));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("root");
+        std::fs::create_dir_all(root.join("tmp")).unwrap();
+        std::fs::copy(pause_binary(), root.join("pause")).unwrap();
+        let child = Command::new("chroot")
+            .arg(&root)
+            .arg("/pause")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("cannot run chroot");
+        let target = FakeTarget { child, base, root };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::fs::read_link(format!("/proc/{}/root", target.pid())).ok().as_deref() != Some(&target.root) {
+            assert!(Instant::now() < deadline, "the chrooted pause did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        target
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn start_time(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())).unwrap();
+        stat.rsplit_once(')').unwrap().1.split_whitespace().nth(19).unwrap().parse().unwrap()
+    }
+
+    /// The socket name the runtime would use, with `key` (the start time for a live runtime).
+    fn socket_name(&self, key: u64) -> String {
+        format!("dotnet-diagnostic-{}-{key}-socket", self.pid())
+    }
+}
+
+impl Drop for FakeTarget {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Behaviour {
+    /// Answers every request with an OK reply, like the runtime.
+    Runtime,
+    /// Answers with an HTTP error, like a docker socket would.
+    Garbage,
+    /// Accepts and reads but never answers.
+    Silent,
+    /// Accepts and hangs up at once.
+    HangUp,
+}
+
+/// A Unix socket server on a thread; counts connections; stopped and removed when dropped.
+struct Peer {
+    path: PathBuf,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Peer {
+    fn serve(path: &Path, behaviour: Behaviour) -> Peer {
+        Peer::serve_moved(path, path, behaviour)
+    }
+
+    /// Binds at `bind_path` and then renames the socket to `path` (which may be longer than `sun_path` allows).
+    fn serve_moved(bind_path: &Path, path: &Path, behaviour: Behaviour) -> Peer {
+        let _ = std::fs::remove_file(bind_path);
+        let listener =
+            UnixListener::bind(bind_path).unwrap_or_else(|e| panic!("cannot bind {}: {e}", bind_path.display()));
+        if bind_path != path {
+            std::fs::rename(bind_path, path).unwrap();
+        }
+        listener.set_nonblocking(true).unwrap();
+        let (accepted, stop) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicBool::new(false)));
+        let (accepted2, stop2) = (accepted.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stop2.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        accepted2.fetch_add(1, Ordering::SeqCst);
+                        stream.set_nonblocking(false).unwrap();
+                        if let Some(stream) = answer(stream, behaviour) {
+                            held.push(stream);
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+        });
+        Peer { path: path.to_path_buf(), accepted, stop, thread: Some(thread) }
+    }
+
+    fn connections(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+/// Serves one connection; returns it when it must stay open.
+fn answer(mut stream: UnixStream, behaviour: Behaviour) -> Option<UnixStream> {
+    if let Behaviour::HangUp = behaviour {
+        return None;
+    }
+    stream.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let mut header = [0u8; 20];
+    if stream.read_exact(&mut header).is_err() {
+        return None;
+    }
+    let size = u16::from_le_bytes([header[14], header[15]]) as usize;
+    let mut payload = vec![0u8; size.saturating_sub(20)];
+    let _ = stream.read_exact(&mut payload);
+    match behaviour {
+        Behaviour::Runtime => {
+            let mut reply = b"DOTNET_IPC_V1\0".to_vec();
+            reply.extend_from_slice(&[24, 0, 0xFF, 0x00, 0, 0, 0, 0, 0, 0]);
+            let _ = stream.write_all(&reply);
+            None
+        }
+        Behaviour::Garbage => {
+            let _ = stream.write_all(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n");
+            None
+        }
+        Behaviour::Silent => Some(stream),
+        Behaviour::HangUp => None,
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn enable_on(pid: u32, timeout: Duration) -> Result<(), IpcError> {
+    let runtime = find(pid).with_timeout(timeout);
+    runtime.enable_perf_map(PerfMapType::PerfMap).map(|_| ())
+}
+
+#[test]
+fn peers_that_are_not_runtimes_give_clear_errors_quickly() {
+    let timeout = Duration::from_secs(1);
+    for (behaviour, want) in [
+        (Behaviour::Garbage, "does not start with DOTNET_IPC_V1"),
+        (Behaviour::Silent, "did not answer within 1.0 s"),
+        (Behaviour::HangUp, "closed the connection"),
+    ] {
+        let target = FakeTarget::new("peer");
+        let peer = Peer::serve(&target.root.join("tmp").join(target.socket_name(target.start_time())), behaviour);
+        let started = Instant::now();
+        let err = enable_on(target.pid(), timeout).expect_err("a fake peer cannot enable perf maps");
+        let elapsed = started.elapsed();
+        let message = err.to_string();
+        assert!(
+            message.contains(want) || (want == "closed the connection" && message.contains("dropped")),
+            "{message}"
+        );
+        assert!(message.contains(&format!("/tmp/{}", target.socket_name(target.start_time()))), "{message}");
+        assert!(elapsed < timeout + Duration::from_millis(900), "took {elapsed:?} with a {timeout:?} limit");
+        assert_eq!(peer.connections(), 1);
+    }
+}
+
+#[test]
+fn a_well_behaved_peer_and_stale_sockets() {
+    let target = FakeTarget::new("stale");
+    // A stale socket file (nobody listens) under the live start-time key and a live one under an older key: the
+    // stale one is tried first and skipped.
+    let stale = target.root.join("tmp").join(target.socket_name(target.start_time()));
+    drop(UnixListener::bind(&stale).unwrap());
+    let live = Peer::serve(&target.root.join("tmp").join(target.socket_name(1)), Behaviour::Runtime);
+    let runtime = find(target.pid());
+    assert_eq!(runtime.socket_path(), format!("/tmp/{}", target.socket_name(target.start_time())));
+    let enabled = runtime.enable_perf_map(PerfMapType::All).unwrap();
+    assert!(enabled.created_files().is_empty(), "a fake runtime creates no files");
+    runtime.disable_perf_map().unwrap();
+    assert_eq!(live.connections(), 2);
+    // A map file in the target's /tmp counts as "already on".
+    assert_eq!(runtime.perf_maps_already_on().unwrap(), None);
+    std::fs::write(target.root.join(format!("tmp/perf-{}.map", target.pid())), "").unwrap();
+    assert_eq!(
+        runtime.perf_maps_already_on().unwrap(),
+        Some(AlreadyOn::FileExists(format!("/tmp/perf-{}.map", target.pid())))
+    );
+}
+
+#[test]
+fn socket_in_a_long_tmpdir_beyond_sun_path_is_reached() {
+    // The runtime puts its socket in $TMPDIR; seen from the host through /proc/PID/root, this one's path is longer
+    // than a sockaddr_un can hold.
+    let tmpdir = format!("/tmp/{}", "x".repeat(120));
+    let target = FakeTarget::with_env("long", &[("TMPDIR", &tmpdir)]);
+    let name = target.socket_name(target.start_time());
+    std::fs::create_dir_all(target.root.join(tmpdir.trim_start_matches('/'))).unwrap();
+    let path = target.root.join(tmpdir.trim_start_matches('/')).join(&name);
+    let host_view = format!("/proc/{}/root{tmpdir}/{name}", target.pid());
+    assert!(host_view.len() > 108, "{host_view}");
+    assert!(UnixStream::connect(&host_view).is_err(), "a plain connect should not fit the path");
+    let peer = Peer::serve_moved(&target.base.join("bind.sock"), &path, Behaviour::Runtime);
+    let runtime = find(target.pid());
+    assert_eq!(runtime.socket_path(), format!("{tmpdir}/{name}"));
+    runtime.enable_perf_map(PerfMapType::PerfMap).unwrap();
+    assert_eq!(peer.connections(), 1);
+}
+
+#[test]
+fn symlinks_at_the_socket_name_are_never_followed() {
+    let target = FakeTarget::new("link");
+    let name = target.socket_name(target.start_time());
+    // A host socket outside the target's root, and one inside it (as a bind-mounted /run/docker.sock would be).
+    let outside = Peer::serve(&target.base.join("host.sock"), Behaviour::Runtime);
+    std::fs::create_dir_all(target.root.join("run")).unwrap();
+    let inside = Peer::serve(&target.root.join("run/docker.sock"), Behaviour::Runtime);
+    for link_target in [outside.path.clone(), PathBuf::from("/run/docker.sock"), PathBuf::from("../run/docker.sock")] {
+        let link = target.root.join("tmp").join(&name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&link_target, &link).unwrap();
+        let err = enable_on(target.pid(), Duration::from_secs(1)).expect_err("a symlink must be refused");
+        assert!(matches!(err, IpcError::Unsafe { .. }), "{err:?}");
+        assert!(err.to_string().contains("symlink"), "{err}");
+    }
+    assert_eq!(outside.connections() + inside.connections(), 0, "connected through a planted symlink");
+}
+
+#[test]
+fn a_symlinked_tmp_cannot_lead_out_of_the_root() {
+    let target = FakeTarget::new("tmplink");
+    // The target's /tmp points (absolutely) at a host directory that holds a socket with the right name. Walked
+    // naively from the host, /proc/PID/root/tmp leads there; resolved inside the root it leads nowhere.
+    let host_dir = target.base.join("host-tmp");
+    std::fs::create_dir_all(&host_dir).unwrap();
+    let host = Peer::serve(&host_dir.join(target.socket_name(target.start_time())), Behaviour::Runtime);
+    std::fs::remove_dir(target.root.join("tmp")).unwrap();
+    std::os::unix::fs::symlink(&host_dir, target.root.join("tmp")).unwrap();
+    let naive = PathBuf::from(format!("/proc/{}/root/tmp/{}", target.pid(), target.socket_name(target.start_time())));
+    assert!(naive.exists(), "the trap is not armed: {} does not reach the host socket", naive.display());
+
+    match DotnetRuntime::find(target.pid()).unwrap() {
+        Lookup::NotDotnet => {}
+        other => panic!("found a socket outside the target's root: {other:?}"),
+    }
+    assert_eq!(host.connections(), 0);
+}
+
+#[test]
+fn files_and_foreign_sockets_at_the_name_are_refused() {
+    let target = FakeTarget::new("foreign");
+    let path = target.root.join("tmp").join(target.socket_name(target.start_time()));
+    std::fs::write(&path, b"not a socket").unwrap();
+    let err = enable_on(target.pid(), Duration::from_secs(1)).unwrap_err();
+    assert!(err.to_string().contains("regular file"), "{err}");
+    std::fs::remove_file(&path).unwrap();
+
+    let peer = Peer::serve(&path, Behaviour::Runtime);
+    std::os::unix::fs::chown(&path, Some(4242), None).unwrap();
+    let err = enable_on(target.pid(), Duration::from_secs(1)).unwrap_err();
+    assert!(err.to_string().contains("uid 4242"), "{err}");
+    assert_eq!(peer.connections(), 0);
+}
+
+#[test]
+fn a_process_without_runtime_or_socket_is_not_dotnet() {
+    let target = FakeTarget::new("plain");
+    assert!(matches!(DotnetRuntime::find(target.pid()).unwrap(), Lookup::NotDotnet));
+    assert!(DotnetRuntime::find(u32::MAX - 1).is_err());
+}
