@@ -32,6 +32,11 @@ requirements=(
     "binutils:objcopy,strip"
     "gcc:gcc"
     "util-linux:unshare,nsenter"
+    # Real containers (tests/containers_podman.rs): rootful podman on the runc runtime (crun fails on hybrid cgroups
+    # here) with --network host, so no uidmap/slirp4netns/netavark; busybox-static is the shell of the local images.
+    "podman:podman"
+    "runc:runc"
+    "busybox-static:"
     # The example scripts fetch the .NET runtime wheel and poll the API.
     "curl:curl"
     "unzip:unzip"
