@@ -99,7 +99,7 @@ build_busybox() {
     local start=$EPOCHREALTIME root
     root=$(mktemp -d "$cache/$name.XXXXXX")
     busybox_root "$root"
-    import_root "$root" "$name" "$inputs" --change "ENV PATH=/bin" --change 'CMD ["/bin/sh"]'
+    import_root "$root" "$name" "$inputs" --change "ENV PATH=/usr/local/bin:/bin" --change 'CMD ["/bin/sh"]'
     rm -rf "$root"
     log "built $name in $(elapsed "$start") s ($(du -sh --apparent-size "$busybox" | cut -f1) busybox)"
     echo "localhost/$name:latest"
@@ -180,7 +180,7 @@ build_dotnet8() {
         cp -L "$f" "$root$f"
     done
     import_root "$root" "$name" "$inputs" \
-        --change "ENV PATH=/bin:/usr/share/dotnet" \
+        --change "ENV PATH=/usr/local/bin:/bin:/usr/share/dotnet" \
         --change "ENV DOTNET_ROOT=/usr/share/dotnet" \
         --change "ENV DOTNET_SYSTEM_GLOBALIZATION_INVARIANT=1" \
         --change "WORKDIR /app" \

@@ -88,7 +88,7 @@ fn static_profcpu_runs_alone_in_a_busybox_root() {
     );
 
     let collect =
-        busy.exec(&[PROFCPU_IN_CONTAINER, "collect", "-pid", "1", "-duration", "3", "-output", "/out"], collect_time());
+        busy.exec(&["profcpu", "collect", "-pid", "1", "-duration", "3", "-output", "/out"], collect_time());
     let dir = on_host(&run_folder_line(&collect), "/out", &out_dir);
     let log = String::from_utf8_lossy(&collect.stderr).into_owned();
     eprintln!("profcpu in the busybox root said:\n{log}");
@@ -151,7 +151,7 @@ fn sidecar_in_the_app_pid_namespace_profiles_pid_1_and_is_copied_out() {
     let mut args = vec!["run", "--name", sidecar.name.as_str(), "--pid", share_pid.as_str()];
     args.extend_from_slice(&RUN_FLAGS);
     args.extend_from_slice(&PROFILER_PRIVILEGES);
-    args.extend_from_slice(&["-v", &binary, BUSYBOX_IMAGE, PROFCPU_IN_CONTAINER]);
+    args.extend_from_slice(&["-v", &binary, BUSYBOX_IMAGE, "profcpu"]);
     args.extend(collect.iter().map(String::as_str));
     let out = podman::podman(&args, collect_time());
     let printed = run_folder_line(&out);
@@ -170,6 +170,50 @@ fn sidecar_in_the_app_pid_namespace_profiles_pid_1_and_is_copied_out() {
     run.assert_postprocess_reproduces(&work);
 }
 
+/// The Kubernetes pod with `shareProcessNamespace: true`: a pause container holds the PID namespace (PID 1), the app
+/// and the profiler join it, and the profiler finds the app with `pidof`.
+#[test]
+fn pod_with_a_shared_pid_namespace_profiles_the_app_found_by_pidof() {
+    let _cpu = exclusive();
+    let work = WorkDir::new("pod");
+    let out_dir = work.join("out");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let pause = Container::named("pause");
+    let mut args = vec!["run", "-d", "--name", pause.name.as_str()];
+    args.extend_from_slice(&RUN_FLAGS);
+    args.extend_from_slice(&[BUSYBOX_IMAGE, "sleep", "infinity"]);
+    podman_ok(&args, Duration::from_secs(30));
+    let share_pid = format!("container:{}", pause.name);
+    let (mut app, load) = loaded_app(&["--pid", &share_pid]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", app.host_pid())).unwrap();
+    let app_pid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:")?.split_whitespace().last()?.parse().ok())
+        .expect("no NSpid in the app's /proc status");
+    assert!(app_pid > 1, "expected the app not to be PID 1 in the pod's namespace (the pause container is)");
+
+    let sidecar = Container::named("sidecar");
+    let (binary, output) = (static_binary_mount(), volume(&out_dir, "/profilings", false));
+    let script = format!("exec profcpu collect -pid \"$(pidof dotnet)\" -duration {SECONDS} -output /profilings");
+    let mut args = vec!["run", "--rm", "--name", sidecar.name.as_str(), "--pid", share_pid.as_str()];
+    args.extend_from_slice(&RUN_FLAGS);
+    args.extend_from_slice(&PROFILER_PRIVILEGES);
+    args.extend_from_slice(&["-v", &binary, "-v", &output, BUSYBOX_IMAGE, "sh", "-c", &script]);
+    let out = podman::podman(&args, collect_time());
+    let dir = on_host(&run_folder_line(&out), "/profilings", &out_dir);
+    drop(load);
+    app.container.remove();
+
+    let run = RunFolder::read(&dir, &String::from_utf8_lossy(&out.stderr));
+    run.assert_complete();
+    run.assert_jit_named(MIN_SAMPLES);
+    assert!(
+        run.sample_pids.iter().all(|&p| p == app_pid),
+        "expected every sample from PID {app_pid} (the app in the pod's namespace)"
+    );
+    run.assert_postprocess_reproduces(&work);
+}
+
 /// A sidecar run with `extra` flags that profiles PID 1 of `app` for `seconds`.
 fn sidecar_collect(app: &App, extra: &[&str], seconds: u32) -> Output {
     let sidecar = Container::named("sidecar");
@@ -179,7 +223,7 @@ fn sidecar_collect(app: &App, extra: &[&str], seconds: u32) -> Output {
     let mut args = vec!["run", "--rm", "--name", sidecar.name.as_str(), "--pid", share_pid.as_str()];
     args.extend_from_slice(&RUN_FLAGS);
     args.extend_from_slice(extra);
-    args.extend_from_slice(&["-v", &binary, BUSYBOX_IMAGE, PROFCPU_IN_CONTAINER]);
+    args.extend_from_slice(&["-v", &binary, BUSYBOX_IMAGE, "profcpu"]);
     args.extend(collect.iter().map(String::as_str));
     podman::podman(&args, Duration::from_secs(seconds as u64))
 }
@@ -279,7 +323,7 @@ fn inside_the_read_only_app_container_profiles_pid_1_into_a_volume() {
     assert!(!probe.status.success(), "expected the app container's root file system to be read-only");
 
     let collect = collect_args(1, SECONDS, "/out");
-    let mut args = vec![PROFCPU_IN_CONTAINER];
+    let mut args = vec!["profcpu"];
     args.extend(collect.iter().map(String::as_str));
     let out = app.container.exec(&args, collect_time());
     let dir = on_host(&run_folder_line(&out), "/out", &out_dir);

@@ -33,7 +33,8 @@ pub const HOST_PROFCPU: &str = env!("CARGO_BIN_EXE_profcpu");
 
 pub const BUSYBOX_IMAGE: &str = "localhost/profcpu-busybox:latest";
 pub const DOTNET_IMAGE: &str = "localhost/profcpu-dotnet8:latest";
-/// Where the static binary appears inside containers (read-only bind mount).
+/// Where the static binary appears inside containers (read-only bind mount); the images' PATH starts there, so the
+/// commands say `profcpu`, as docs/containers.md does.
 pub const PROFCPU_IN_CONTAINER: &str = "/usr/local/bin/profcpu";
 
 /// `podman run` flags every container here needs on this machine kind: runc (crun fails on hybrid cgroups), the
