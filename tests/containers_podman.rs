@@ -1,9 +1,10 @@
 //! profcpu against real containers: podman with runc, the sample web API on .NET 8 in an image built from local
-//! files (`scripts/container-images.sh`), and the statically linked profcpu (`scripts/build-static.sh`) bind-mounted
-//! into whichever container runs it. The situations of docs/containers.md, run as written there:
+//! files (`scripts/container-images.sh`), and the statically linked profcpu (`scripts/build-static.sh`), bind-mounted
+//! into sidecars or `podman cp`'d into the app's container. The situations of docs/containers.md, run as written there:
 //!
 //! * from the host, by the container's host PID;
 //! * from a sidecar container in the app's PID namespace (`--pid=container:APP`), with and without the privileges;
+//! * from a sidecar in a pod-like shared PID namespace where a pause container is PID 1;
 //! * from inside the app's own container, started `--read-only` with an output volume;
 //! * the static binary alone in a root that holds nothing but busybox.
 //!
@@ -87,8 +88,7 @@ fn static_profcpu_runs_alone_in_a_busybox_root() {
         "expected a root without /lib*, /usr/lib* and ld.so files, found:\n{listing}"
     );
 
-    let collect =
-        busy.exec(&["profcpu", "collect", "-pid", "1", "-duration", "3", "-output", "/out"], collect_time());
+    let collect = busy.exec(&["profcpu", "collect", "-pid", "1", "-duration", "3", "-output", "/out"], collect_time());
     let dir = on_host(&run_folder_line(&collect), "/out", &out_dir);
     let log = String::from_utf8_lossy(&collect.stderr).into_owned();
     eprintln!("profcpu in the busybox root said:\n{log}");
@@ -308,22 +308,26 @@ fn sidecars_without_the_privileges_are_refused_in_one_line() {
     }
 }
 
+/// `podman cp` (like `docker cp` and `kubectl cp`) puts the static binary into the running app container's /tmp, the
+/// one writable place of a read-only root; the profile goes to an output volume.
 #[test]
 fn inside_the_read_only_app_container_profiles_pid_1_into_a_volume() {
     let _cpu = exclusive();
     let work = WorkDir::new("inside");
     let out_dir = work.join("out");
     std::fs::create_dir_all(&out_dir).unwrap();
-    let (binary, output) = (static_binary_mount(), volume(&out_dir, "/out", false));
-    let mut extra = vec!["--read-only", "-v", &binary, "-v", &output];
+    let output = volume(&out_dir, "/out", false);
+    let mut extra = vec!["--read-only", "-v", &output];
     extra.extend_from_slice(&PROFILER_PRIVILEGES);
     let (mut app, load) = loaded_app(&extra);
 
     let probe = app.container.exec(&["touch", "/written-at-run-time"], collect_time());
     assert!(!probe.status.success(), "expected the app container's root file system to be read-only");
+    let target = format!("{}:/tmp/profcpu", app.container.name);
+    podman_ok(&["cp", prepared().static_profcpu.to_str().unwrap(), &target], Duration::from_secs(30));
 
     let collect = collect_args(1, SECONDS, "/out");
-    let mut args = vec!["profcpu"];
+    let mut args = vec!["/tmp/profcpu"];
     args.extend(collect.iter().map(String::as_str));
     let out = app.container.exec(&args, collect_time());
     let dir = on_host(&run_folder_line(&out), "/out", &out_dir);
