@@ -43,6 +43,7 @@ if [[ ! -f "$stamp" ]]; then
             tail -n 3 "$dest.log" >&2 || true
             die "could not install kubernetes-validate==$version (registry unreachable? see $dest.log)"
         fi
+        rm -f "$dest.log"
         touch "$stamp"
     fi
     exec 9>&-
