@@ -34,6 +34,11 @@ requirements=(
     # libc.a and the C start files: tests compile C programs, one of them static (gcc only recommends it).
     "libc6-dev:"
     "util-linux:unshare,nsenter"
+    # Real containers (tests/containers_podman.rs): rootful podman on the runc runtime (crun fails on hybrid cgroups
+    # here) with --network host, so no uidmap/slirp4netns/netavark; busybox-static is the shell of the local images.
+    "podman:podman"
+    "runc:runc"
+    "busybox-static:"
     # The example scripts fetch the .NET runtime wheel and poll the API.
     "curl:curl"
     "unzip:unzip"

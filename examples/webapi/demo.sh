@@ -18,9 +18,8 @@ echo "demo: installing system tools (skipped when present)" >&2
 bash scripts/setup-deps.sh
 echo "demo: fetching the .NET 8 runtime (cached)" >&2
 bash scripts/dotnet-runtime.sh >/dev/null
-echo "demo: building profcpu" >&2
-cargo build --release --quiet
-profcpu=$repo/target/release/profcpu
+echo "demo: building profcpu (one statically linked binary: scripts/build-static.sh)" >&2
+profcpu=$(bash scripts/build-static.sh)
 
 export PORT=${PORT:-5080}
 pid=$(bash "$here/run.sh")

@@ -434,9 +434,7 @@ impl Session<'_> {
             Some(record) => self.write_synthesized(&record),
             None if !self.spec.kernel => Ok(()),
             None => {
-                tracing::warn!(
-                    "/proc/kallsyms hides kernel addresses (kptr_restrict): kernel frames will have no names"
-                );
+                tracing::warn!("{}", explain::kernel_symbols_hidden());
                 Ok(())
             }
         }

@@ -111,6 +111,49 @@ fn seccomp_fix(env: Environment) -> &'static str {
     }
 }
 
+/// Both fixes at once, for a sandbox that lacks the capability and filters the system call.
+fn capability_and_seccomp_fix(env: Environment) -> String {
+    match env {
+        Environment::Docker => "start the container with `--cap-add PERFMON --cap-add SYS_PTRACE --security-opt \
+                                seccomp=unconfined` (or `--privileged`)"
+            .into(),
+        Environment::Kubernetes => "add `securityContext.capabilities.add: [\"PERFMON\",\"SYS_PTRACE\"]` and \
+                                    `securityContext.seccompProfile.type: Unconfined` to the container spec"
+            .into(),
+        Environment::Host => format!("{}; and {}", capability_fix(env), seccomp_fix(env)),
+    }
+}
+
+/// Why `/proc/kallsyms` showed zero addresses, and the fix. The rule (kernel/ksyms_common.c,
+/// `kallsyms_show_value`, applied to the opener's credentials): kptr_restrict 0 shows them when
+/// perf_event_paranoid <= 1 or to CAP_SYSLOG, 1 only to CAP_SYSLOG, 2 to nobody.
+pub fn kernel_symbols_hidden() -> String {
+    const CAP_SYSLOG: u32 = 34;
+    let restrict: Option<i32> =
+        std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").ok().and_then(|v| v.trim().parse().ok());
+    let syslog = has_capability(CAP_SYSLOG);
+    let paranoid = perf_event_paranoid().map_or_else(|| "unknown".to_string(), |p| p.to_string());
+    let grant = match environment() {
+        Environment::Host => "run as root",
+        Environment::Docker => "add `--cap-add SYSLOG` to the container",
+        Environment::Kubernetes => "add \"SYSLOG\" to `securityContext.capabilities.add`",
+    };
+    let (why, fix) = match restrict {
+        Some(0) if !syslog => (
+            format!("perf_event_paranoid is {paranoid} and profcpu lacks CAP_SYSLOG"),
+            format!("{grant}, or on the host `sysctl kernel.perf_event_paranoid=1`"),
+        ),
+        Some(1) if !syslog => ("kptr_restrict is 1 and profcpu lacks CAP_SYSLOG".to_string(), grant.to_string()),
+        Some(r) if r >= 2 => (format!("kptr_restrict is {r}"), "on the host `sysctl kernel.kptr_restrict=0`".into()),
+        // CAP_SYSLOG held but not honoured (it only counts in the initial user namespace), or an unreadable setting.
+        _ => (
+            format!("kptr_restrict is {}", restrict.map_or_else(|| "unreadable".to_string(), |r| r.to_string())),
+            "run profcpu as root on the host".into(),
+        ),
+    };
+    format!("/proc/kallsyms hides kernel addresses ({why}): kernel frames will have no names; {fix}")
+}
+
 /// The highest `perf_event_paranoid` value that still allows the request without CAP_PERFMON.
 fn paranoid_limit(target: &OpenTarget) -> i32 {
     match target {
@@ -126,8 +169,9 @@ pub fn kernel_frames_hidden(errno: i32) -> String {
     let paranoid = perf_event_paranoid().map_or_else(|| "unknown".to_string(), |p| p.to_string());
     format!(
         "kernel frames hidden: kernel sampling was refused ({}; perf_event_paranoid is {paranoid}, no CAP_PERFMON), \
-         so only user space is sampled; for kernel frames run as root or `sysctl kernel.perf_event_paranoid=1`",
-        errno_name(errno)
+         so only user space is sampled; for kernel frames {}, or on the host `sysctl kernel.perf_event_paranoid=1`",
+        errno_name(errno),
+        capability_fix(environment())
     )
 }
 
@@ -150,7 +194,17 @@ pub fn open_refused(err: &io::Error, target: &OpenTarget, event: &str, frequency
         libc::EACCES | libc::EPERM => {
             let paranoid = perf_event_paranoid();
             let privileged = has_perf_capability();
-            if !privileged && paranoid.is_some_and(|p| p > paranoid_limit(target)) {
+            if !privileged && errno == libc::EPERM && seccomp_filtered() {
+                // The kernel answers a missing capability with EACCES; EPERM under a seccomp filter is the filter
+                // (Podman's default profile, Docker's before 24 and containerd's before 1.7 refuse perf_event_open
+                // without CAP_SYS_ADMIN), so adding the capability alone would meet this refusal again.
+                format!(
+                    "cannot sample {what}: a seccomp filter blocks perf_event_open ({name}) and profcpu lacks \
+                     CAP_PERFMON{}; {}",
+                    if has_capability(CAP_SYS_PTRACE) { "" } else { " and CAP_SYS_PTRACE" },
+                    capability_and_seccomp_fix(env)
+                )
+            } else if !privileged && paranoid.is_some_and(|p| p > paranoid_limit(target)) {
                 format!(
                     "cannot sample {what}: kernel.perf_event_paranoid is {} and profcpu lacks CAP_PERFMON ({name}); \
                      allow it on the host with `sysctl kernel.perf_event_paranoid=-1`, or {}",
@@ -223,5 +277,12 @@ mod tests {
         let msg =
             open_refused(&io::Error::from_raw_os_error(libc::EINVAL), &OpenTarget::Pid(1), "x", u64::MAX).to_string();
         assert!(msg.starts_with("-freq"), "{msg}");
+    }
+
+    #[test]
+    fn hidden_kernel_symbols_are_explained_in_one_line() {
+        let msg = kernel_symbols_hidden();
+        assert_eq!(msg.lines().count(), 1, "{msg}");
+        assert!(msg.starts_with("/proc/kallsyms hides kernel addresses ("), "{msg}");
     }
 }
