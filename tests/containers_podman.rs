@@ -11,16 +11,15 @@
 //! No container shares /tmp with the host or another container: JIT names come from the app's own /tmp through
 //! /proc. Every container is removed when its guard drops, also on failure.
 
-#[path = "support/podman.rs"]
-mod podman;
+mod support;
 
-use podman::{
-    collect_args, exclusive, podman_ok, prepared, run_bounded, run_folder_line, App, Container, Load, RunFolder,
-    WorkDir, BUSYBOX_IMAGE, OUTPUT_FILES, PROFCPU_IN_CONTAINER, PROFILER_PRIVILEGES, RUN_FLAGS,
-};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
+use support::podman::{
+    collect_args, exclusive, podman_ok, prepared, run_bounded, run_folder_line, App, Container, Load, RunFolder,
+    WorkDir, BUSYBOX_IMAGE, OUTPUT_FILES, PROFCPU_IN_CONTAINER, PROFILER_PRIVILEGES, RUN_FLAGS,
+};
 
 /// Seconds each profile of the API samples (the docs' `-duration 10`).
 const SECONDS: u32 = 10;
@@ -153,7 +152,7 @@ fn sidecar_in_the_app_pid_namespace_profiles_pid_1_and_is_copied_out() {
     args.extend_from_slice(&PROFILER_PRIVILEGES);
     args.extend_from_slice(&["-v", &binary, BUSYBOX_IMAGE, "profcpu"]);
     args.extend(collect.iter().map(String::as_str));
-    let out = podman::podman(&args, collect_time());
+    let out = support::podman::podman(&args, collect_time());
     let printed = run_folder_line(&out);
     drop(load);
 
@@ -199,7 +198,7 @@ fn pod_with_a_shared_pid_namespace_profiles_the_app_found_by_pidof() {
     args.extend_from_slice(&RUN_FLAGS);
     args.extend_from_slice(&PROFILER_PRIVILEGES);
     args.extend_from_slice(&["-v", &binary, "-v", &output, BUSYBOX_IMAGE, "sh", "-c", &script]);
-    let out = podman::podman(&args, collect_time());
+    let out = support::podman::podman(&args, collect_time());
     let dir = on_host(&run_folder_line(&out), "/profilings", &out_dir);
     drop(load);
     app.container.remove();
@@ -225,7 +224,7 @@ fn sidecar_collect(app: &App, extra: &[&str], seconds: u32) -> Output {
     args.extend_from_slice(extra);
     args.extend_from_slice(&["-v", &binary, BUSYBOX_IMAGE, "profcpu"]);
     args.extend(collect.iter().map(String::as_str));
-    podman::podman(&args, Duration::from_secs(seconds as u64))
+    support::podman::podman(&args, Duration::from_secs(seconds as u64))
 }
 
 /// The refusal must be profcpu's one line, and it must name what is missing and the flags that fix it.

@@ -15,6 +15,7 @@
 //! | [`running_app`] | a started program that says when it is ready; the CPU lock |
 //! | [`dotnet`] | real .NET runtimes (8 and 3.1) and C# programs compiled for them |
 //! | [`webapi`] | the sample web API as a target, on the host or in namespaces |
+//! | [`podman`] | real containers (podman + runc) from local images, the static binary inside them |
 //! | [`chromium`] | headless Chromium for the flame graph |
 #![allow(dead_code)]
 
@@ -25,6 +26,7 @@ pub mod fixtures;
 pub mod golden;
 pub mod inferno;
 pub mod perf;
+pub mod podman;
 pub mod profcpu;
 pub mod recording;
 pub mod report;

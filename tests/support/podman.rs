@@ -4,9 +4,6 @@
 //!
 //! Every container gets a unique name (`profcpu-t-<test pid>-<n>-<role>`) and is removed with `podman rm -f` when its
 //! guard is dropped, also when a test fails; containers that a killed test run left behind are removed at set-up.
-//! Include from a test with `#[path = "support/podman.rs"] mod podman;`.
-
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
