@@ -110,8 +110,9 @@ def under_load(port, seconds, action):
 
 
 def collect(profcpu, work, target_args, seconds, freq):
-    out = subprocess.run([profcpu, "collect", *target_args, "-duration", str(seconds), "-freq", str(freq), "-output",
-                          os.path.join(work, "collections")], check=True, stdout=subprocess.PIPE,
+    # The target last: after `--` everything belongs to the command.
+    out = subprocess.run([profcpu, "collect", "-duration", str(seconds), "-freq", str(freq), "-output",
+                          os.path.join(work, "collections"), *target_args], check=True, stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     return out.stdout.strip().splitlines()[-1]
 

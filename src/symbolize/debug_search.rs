@@ -10,9 +10,8 @@
 //! `--output DIR`. Every candidate must match the binary's build-id (or, without one, the debuglink CRC): a debug
 //! file of another build would name every frame wrongly.
 
-use super::elf::{self, ElfInfo};
+use super::elf::{self, ElfImage, ElfInfo};
 use super::root_path;
-use object::ReadCache;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
@@ -75,7 +74,7 @@ fn extra_candidates(root: &Path, path: &str, info: &ElfInfo) -> Vec<PathBuf> {
 
 /// A verified debug file, read on demand, and where it was found (for logs).
 pub struct DebugFile {
-    pub data: ReadCache<File>,
+    pub data: ElfImage,
     pub found_at: PathBuf,
 }
 
@@ -108,16 +107,12 @@ pub fn find_debug_file(
             None => root_path::open_regular_nofollow(&candidate),
         };
         let Ok(file) = opened else { continue };
-        let Ok(for_crc) = file.try_clone() else { continue };
-        let data = ReadCache::new(file);
-        if !elf::is_elf(&data) {
-            continue;
-        }
+        let Ok(Some(data)) = ElfImage::read(&file) else { continue };
         let shown = match root {
             Some(r) => r.join(candidate.strip_prefix("/").unwrap_or(&candidate)),
             None => candidate.clone(),
         };
-        match verify(info, &data, &for_crc) {
+        match verify(info, &data, &file) {
             Ok(()) => return Some(DebugFile { data, found_at: shown }),
             Err(why) => report.rejected.push(format!("{}: {why}", shown.display())),
         }
@@ -126,8 +121,8 @@ pub fn find_debug_file(
 }
 
 /// Whether `data` is the debug file of the binary described by `info`.
-pub fn verify(info: &ElfInfo, data: &ReadCache<File>, file: &File) -> Result<(), String> {
-    let debug = elf::inspect(data).map_err(|e| e.to_string())?;
+pub fn verify(info: &ElfInfo, data: &ElfImage, file: &File) -> Result<(), String> {
+    let debug = elf::inspect(data.bytes()).map_err(|e| e.to_string())?;
     if let Some(want) = &info.build_id {
         return match &debug.build_id {
             Some(got) if got == want => check_has_symbols(&debug),

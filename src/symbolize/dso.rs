@@ -3,9 +3,8 @@
 
 use super::debug_search::{self, SearchReport, SearchRoots};
 use super::demangle::LazyName;
-use super::elf::{self, SymbolSource};
+use super::elf::{self, ElfImage, SymbolSource};
 use super::ranges::RangeTable;
-use object::ReadCache;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,11 +31,13 @@ pub enum Origin {
 /// Loads the symbols of `file`, the binary the target mapped at `path`. `expected_build_id` (from the recording)
 /// guards against a file replaced since.
 pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Option<&[u8]>) -> DsoSymbols {
-    let data = ReadCache::new(file);
-    if !elf::is_elf(&data) {
-        return DsoSymbols::Opaque { reason: "not an ELF file".into() };
-    }
-    let info = match elf::inspect(&data) {
+    let image = match ElfImage::read(&file) {
+        Ok(Some(image)) => image,
+        Ok(None) => return DsoSymbols::Opaque { reason: "not an ELF file".into() },
+        Err(e) => return DsoSymbols::Opaque { reason: format!("{e:#}") },
+    };
+    let data = image.bytes();
+    let info = match elf::inspect(data) {
         Ok(info) => info,
         Err(e) => return DsoSymbols::Opaque { reason: format!("{e:#}") },
     };
@@ -48,12 +49,12 @@ pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Opti
         }
     }
     if info.has_symtab_functions {
-        let table = elf::function_symbols(&data, SymbolSource::Symtab, &info.loads).unwrap_or_default();
+        let table = elf::function_symbols(data, SymbolSource::Symtab, &info.loads).unwrap_or_default();
         return DsoSymbols::Elf { table, origin: Origin::Symtab };
     }
     let mut report = SearchReport::default();
     if let Some(found) = debug_search::find_debug_file(path, &info, roots, &mut report) {
-        let t = elf::function_symbols(&found.data, SymbolSource::Symtab, &info.loads).unwrap_or_default();
+        let t = elf::function_symbols(found.data.bytes(), SymbolSource::Symtab, &info.loads).unwrap_or_default();
         if !t.is_empty() {
             tracing::debug!("{path}: symbols from {}", found.found_at.display());
             return DsoSymbols::Elf { table: t, origin: Origin::DebugFile(found.found_at) };
@@ -62,7 +63,7 @@ pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Opti
     for why in &report.rejected {
         tracing::info!("{path}: debug file candidate rejected: {why}");
     }
-    let table = elf::function_symbols(&data, SymbolSource::Dynsym, &info.loads).unwrap_or_default();
+    let table = elf::function_symbols(data, SymbolSource::Dynsym, &info.loads).unwrap_or_default();
     DsoSymbols::Elf { table, origin: Origin::Dynsym }
 }
 

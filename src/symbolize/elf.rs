@@ -7,7 +7,11 @@
 use super::demangle::LazyName;
 use super::ranges::{Range, RangeTable};
 use anyhow::{Context, Result};
-use object::{Object, ObjectSegment, ObjectSymbol, ReadRef, SymbolKind, SymbolSection};
+use object::elf as abi;
+use object::read::elf::{FileHeader, SectionHeader};
+use object::{Object, ObjectSegment, ObjectSymbol, ReadRef, SectionIndex, SymbolKind, SymbolSection};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 pub const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
@@ -37,13 +41,91 @@ pub enum SymbolSource {
     Dynsym,
 }
 
+/// The parts of an ELF file that naming reads (headers, section headers, symbol and string tables, notes, the
+/// debuglink), copied into memory with a few large reads; the rest stays zero. Mapping the file instead would let
+/// whoever owns it (a container) kill profcpu with SIGBUS by truncating it during the read; reading through a cache
+/// of small blocks costs one system call per symbol name (tens of thousands for libcoreclr). The copy is as long as
+/// the file, but only the pages that are read into are ever touched, so a 300 MB debug file costs its symbol table.
+pub struct ElfImage {
+    bytes: Vec<u8>,
+}
+
+/// Larger files are not read (no shared library or debug file comes near it; a planted sparse file could).
+const MAX_ELF_LEN: u64 = 4 << 30;
+
+impl ElfImage {
+    /// `None` when the file is not ELF.
+    pub fn read(file: &File) -> Result<Option<ElfImage>> {
+        let len = file.metadata().context("cannot stat the file")?.len();
+        anyhow::ensure!(len <= MAX_ELF_LEN, "{len} bytes is more than an ELF file profcpu reads ({MAX_ELF_LEN})");
+        let mut image = ElfImage { bytes: vec![0; len as usize] };
+        image.fill(file, 0, 64.min(len))?;
+        if !is_elf(&image.bytes[..]) {
+            return Ok(None);
+        }
+        match image.bytes.get(4).map(|&class| abi::FileClass(class)) {
+            Some(abi::ELFCLASS64) => image.fill_tables::<abi::FileHeader64<object::Endianness>>(file)?,
+            _ => image.fill_tables::<abi::FileHeader32<object::Endianness>>(file)?,
+        }
+        Ok(Some(image))
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Copies `len` bytes at `offset` of the file (clamped to its length).
+    fn fill(&mut self, file: &File, offset: u64, len: u64) -> Result<()> {
+        let start = offset.min(self.bytes.len() as u64) as usize;
+        let end = offset.saturating_add(len).min(self.bytes.len() as u64) as usize;
+        file.read_exact_at(&mut self.bytes[start..end], start as u64).context("cannot read the file")
+    }
+
+    fn fill_tables<Elf: FileHeader<Endian = object::Endianness>>(&mut self, file: &File) -> Result<()> {
+        let header = Elf::parse(&self.bytes[..]).context("unreadable ELF header")?;
+        let endian = header.endian().context("unreadable ELF header")?;
+        let phdrs = header.e_phentsize(endian) as u64 * header.e_phnum(endian) as u64;
+        let shdrs = header.e_shentsize(endian) as u64 * header.e_shnum(endian) as u64;
+        let (phoff, shoff) = (header.e_phoff(endian).into(), header.e_shoff(endian).into());
+        self.fill(file, phoff, phdrs)?;
+        self.fill(file, shoff, shdrs)?;
+        // Section names first: a PROGBITS section is read only when it is the debuglink.
+        let names = {
+            let header = Elf::parse(&self.bytes[..]).context("unreadable ELF header")?;
+            let Ok(sections) = header.sections(endian, &self.bytes[..]) else { return Ok(()) };
+            let index = header.shstrndx(endian, &self.bytes[..]).ok();
+            index.and_then(|i| sections.section(SectionIndex(i as usize)).ok()).and_then(|s| s.file_range(endian))
+        };
+        if let Some((offset, len)) = names {
+            self.fill(file, offset, len)?;
+        }
+        let wanted = [abi::SHT_SYMTAB, abi::SHT_DYNSYM, abi::SHT_STRTAB, abi::SHT_NOTE, abi::SHT_PROGBITS];
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        let header = Elf::parse(&self.bytes[..]).context("unreadable ELF header")?;
+        let sections = header.sections(endian, &self.bytes[..]).context("unreadable ELF section headers")?;
+        for section in sections.iter() {
+            let kind = section.sh_type(endian);
+            if !wanted.contains(&kind) {
+                continue;
+            }
+            if kind == abi::SHT_PROGBITS && sections.section_name(endian, section) != Ok(b".gnu_debuglink") {
+                continue;
+            }
+            ranges.extend(section.file_range(endian));
+        }
+        for (offset, len) in ranges {
+            self.fill(file, offset, len)?;
+        }
+        Ok(())
+    }
+}
+
 /// Whether the bytes start like an ELF file (cheap check before parsing; .NET maps many PE files too).
 pub fn is_elf<'data, R: ReadRef<'data>>(data: R) -> bool {
     data.read_bytes_at(0, 4).is_ok_and(|m| m == ELF_MAGIC)
 }
 
-/// Reads headers, notes and the symbol table's presence. `data` is a byte slice or an `object::ReadCache` over a
-/// file, which reads only the parts that are needed (a full debug file can be hundreds of MB).
+/// Reads headers, notes and the symbol table's presence, from an [`ElfImage`] (or any whole image in memory).
 pub fn inspect<'data, R: ReadRef<'data>>(data: R) -> Result<ElfInfo> {
     let file = object::File::parse(data).context("unreadable ELF")?;
     let build_id = file.build_id().ok().flatten().filter(|b| !b.is_empty()).map(<[u8]>::to_vec);

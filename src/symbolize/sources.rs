@@ -7,7 +7,7 @@ use super::debug_search::SearchRoots;
 use super::dso::{self, DsoSymbols};
 use super::jit_files::{self, OpenError};
 use super::jitdump::JitDump;
-use super::kallsyms::KernelSymbols;
+use super::kallsyms::{KernelSymbols, KERNEL_MODULE};
 use super::options::SymbolizeOptions;
 use super::perf_map::PerfMap;
 use super::proc_info::ProcessInfo;
@@ -92,6 +92,10 @@ impl Sources {
                 Ok(k) => loaded = k,
                 Err(e) => self.warnings.warn(format!("captured kernel symbols unreadable: {e:#}")),
             }
+        }
+        if loaded.is_none() && self.opts.live && self.same_kernel() {
+            // The recording names its kernel's build-id: perf's own saved copy of kallsyms for it, if any.
+            loaded = self.build_ids.get(KERNEL_MODULE).and_then(|id| KernelSymbols::from_perf_cache(id));
         }
         if loaded.is_none() && self.opts.live {
             match KernelSymbols::read_live() {
