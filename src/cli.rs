@@ -1,6 +1,7 @@
 //! Command-line interface: every flag is defined and documented once here. Long flags are accepted with one dash
 //! (`-pid 1`, as perfcollect and the original profcpu take them) as well as two (`--pid 1`, `--pid=1`).
 
+use crate::record::EventKind;
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -79,9 +80,9 @@ pub struct CollectArgs {
     #[arg(long, value_name = "DIR", default_value = "profilings")]
     pub output: PathBuf,
 
-    /// What drives sampling: cpu-clock (default), task-clock, or cycles (falls back to cpu-clock without a PMU).
-    #[arg(long, value_name = "EVENT", default_value = "cpu-clock", value_parser = ["cpu-clock", "task-clock", "cycles"])]
-    pub event: String,
+    /// What drives sampling (cycles falls back to cpu-clock without a hardware PMU).
+    #[arg(long, value_name = "EVENT", default_value = "cpu-clock", value_parser = event_parser())]
+    pub event: EventKind,
 
     /// Ring-buffer data pages per CPU (power of two). Default: as large as perf_event_mlock_kb allows, up to 512.
     #[arg(long, value_name = "PAGES", value_parser = parse_pages)]
@@ -139,6 +140,13 @@ pub struct PostprocessArgs {
 
     #[command(flatten)]
     pub symbols: SymbolArgs,
+}
+
+/// The events record knows, offered by name (so `--help` and errors list them).
+fn event_parser() -> impl clap::builder::TypedValueParser<Value = EventKind> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(EventKind::ALL.map(EventKind::name))
+        .map(|name| EventKind::from_name(&name).expect("only the names of EventKind::ALL are possible"))
 }
 
 fn parse_pid(s: &str) -> Result<u32, String> {

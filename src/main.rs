@@ -30,10 +30,12 @@ fn report_usage_error(e: clap::Error) -> ExitCode {
     let rendered = e.render().to_string();
     let mut lines = rendered.lines();
     let mut first = lines.next().unwrap_or("invalid arguments").trim_start_matches("error: ").to_string();
+    let indented: Vec<&str> = lines.take_while(|l| l.starts_with(' ')).map(str::trim).collect();
     if first.ends_with(':') {
         // "the following required arguments were not provided:" lists them on the indented lines below.
-        let listed: Vec<&str> = lines.take_while(|l| l.starts_with(' ')).map(str::trim).collect();
-        first = format!("{first} {}", listed.join(", "));
+        first = format!("{first} {}", indented.join(", "));
+    } else if let Some(values) = indented.iter().find(|l| l.starts_with("[possible values:")) {
+        first = format!("{first} {values}");
     }
     eprintln!("profcpu: error: {first} (see 'profcpu --help')");
     ExitCode::from(2)

@@ -335,17 +335,17 @@ impl History for OwnText {
 /// Where pieces of stack texts were last placed, by their ids ([`crate::repeats::RepeatedLine`]), direct-mapped: a slot holds the last
 /// piece that hashed to it (a clash only loses a repeat). Ids are exact, so a position found here is a repeat
 /// without comparing bytes.
-struct Placed {
+struct LastPositions {
     slots: Vec<(u64, u64)>,
 }
 
-/// Kinds of pieces, kept apart in [`Placed`] (ids of different kinds may be the same number).
+/// Kinds of pieces, kept apart in [`LastPositions`] (ids of different kinds may be the same number).
 const REST: u64 = 1 << 62;
 const LINE: u64 = 2 << 62;
 /// One kind per slot of [`crate::repeats::RepeatedLine::pieces`].
 const PIECE_KINDS: [u64; 2] = [3 << 62, 3 << 62 | 1 << 32];
 
-impl Placed {
+impl LastPositions {
     fn slot(key: u64) -> usize {
         (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
     }
@@ -363,9 +363,9 @@ impl Placed {
 
 /// Consecutive matches at one distance, joined.
 #[derive(Default)]
-struct Pending(Option<(u32, usize)>);
+struct PendingMatch(Option<(u32, usize)>);
 
-impl Pending {
+impl PendingMatch {
     fn add(&mut self, bits: &mut BitWriter, t: &Tables, distance: u32, len: usize) {
         match &mut self.0 {
             Some((d, matched)) if *d == distance => *matched += len,
@@ -389,7 +389,7 @@ pub struct RepeatDeflater {
     /// Stream position of the next byte.
     pos: u64,
     own: OwnText,
-    placed: Placed,
+    placed: LastPositions,
     crc: Crc,
 }
 
@@ -405,7 +405,7 @@ impl RepeatDeflater {
         // BFINAL=0, BTYPE=01 (fixed Huffman): one block for the whole segment.
         bits.put(0b010, 3);
         let own = OwnText { bytes: Vec::new(), start: 0, runs: VecDeque::new(), last: vec![(0, 0); 1 << SLOT_BITS] };
-        let placed = Placed { slots: vec![(0, 0); 1 << SLOT_BITS] };
+        let placed = LastPositions { slots: vec![(0, 0); 1 << SLOT_BITS] };
         RepeatDeflater { bits, pos: 0, own, placed, crc: Crc::new() }
     }
 
@@ -425,7 +425,7 @@ impl RepeatDeflater {
         let text = &stack.text[..];
         self.crc.update(text);
         let start = self.pos;
-        let mut pending = Pending::default();
+        let mut pending = PendingMatch::default();
         let mut at = 0usize;
         for line in stack.lines.iter() {
             let pos = start + at as u64;

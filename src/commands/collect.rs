@@ -4,7 +4,7 @@
 use super::pipeline::{self, MetadataSource, OutputRequest};
 use crate::cli::CollectArgs;
 use crate::perf_data::{PerfDataReader, Record};
-use crate::record::{self, EndReason, EventKind, RecordObserver, RecordOptions, RecordSummary, Target};
+use crate::record::{self, EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::Metadata;
 use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
@@ -53,7 +53,7 @@ pub fn run(args: CollectArgs) -> Result<()> {
         target,
         duration: Some(duration),
         frequency: args.freq,
-        event: event_kind(&args.event),
+        event: args.event,
         mmap_pages: args.mmap_pages,
         perf_data: run_dir.join("perf.data"),
         progress: std::io::stderr().is_terminal(),
@@ -162,14 +162,6 @@ impl RecordObserver for CollectObserver {
         if let Some(c) = &mut self.capture {
             c.poll();
         }
-    }
-}
-
-fn event_kind(name: &str) -> EventKind {
-    match name {
-        "task-clock" => EventKind::TaskClock,
-        "cycles" => EventKind::Cycles,
-        _ => EventKind::CpuClock,
     }
 }
 

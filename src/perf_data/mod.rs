@@ -12,7 +12,7 @@ pub mod writer;
 
 pub use attr::Attr;
 pub use header::{BuildIdEntry, EventDesc, Features};
-pub use reader::{Brief, PerfDataReader, ReadStats};
+pub use reader::{PerfDataReader, ReadStats, Skimmed};
 pub use records::{Comm, Lost, Mmap, Record, Task};
 pub use sample::{Sample, SampleFormat, SampleId};
 pub use writer::PerfDataWriter;

@@ -21,8 +21,8 @@ pub struct PerfDataReader {
     warnings: Vec<String>,
 }
 
-/// A record as [`PerfDataReader::for_each_record_brief`] hands it over.
-pub enum Brief {
+/// A record as [`PerfDataReader::skim_records`] hands it over.
+pub enum Skimmed {
     /// A sample, not decoded yet.
     Sample {
         time: u64,
@@ -230,20 +230,20 @@ impl PerfDataReader {
     /// [`for_each_record`](Self::for_each_record) with each record's offset in the data section, which
     /// [`record_at`](Self::record_at) takes to decode it again later (so a caller need not keep every record).
     pub fn for_each_record_at(&self, mut f: impl FnMut(u64, Record) -> Result<()>) -> Result<ReadStats> {
-        self.walk(false, |offset, brief| match brief {
-            Brief::Record(r) => f(offset, r),
-            Brief::Sample { .. } => unreachable!("samples are decoded in a full walk"),
+        self.walk(false, |offset, entry| match entry {
+            Skimmed::Record(r) => f(offset, r),
+            Skimmed::Sample { .. } => unreachable!("samples are decoded in a full walk"),
         })
     }
 
     /// Like [`for_each_record_at`](Self::for_each_record_at), but samples are only located and timed, not
     /// decoded (a first pass that orders records by time; [`record_at`](Self::record_at) decodes a sample when it
     /// is needed). Samples too short to hold a time count as undecodable.
-    pub fn for_each_record_brief(&self, f: impl FnMut(u64, Brief) -> Result<()>) -> Result<ReadStats> {
+    pub fn skim_records(&self, f: impl FnMut(u64, Skimmed) -> Result<()>) -> Result<ReadStats> {
         self.walk(true, f)
     }
 
-    fn walk(&self, brief: bool, mut f: impl FnMut(u64, Brief) -> Result<()>) -> Result<ReadStats> {
+    fn walk(&self, skim: bool, mut f: impl FnMut(u64, Skimmed) -> Result<()>) -> Result<ReadStats> {
         let data = &self.bytes[self.data_start..self.data_end];
         let mut stats = ReadStats::default();
         let mut pos = 0usize;
@@ -260,10 +260,10 @@ impl PerfDataReader {
             }
             let rec = &data[pos..pos + size];
             let format = if kind == RECORD_SAMPLE { self.format_for_sample(&rec[HEADER_SIZE..]) } else { base_format };
-            let decoded = if brief && kind == RECORD_SAMPLE {
-                format.sample_time(&rec[HEADER_SIZE..]).map(|time| Brief::Sample { time })
+            let decoded = if skim && kind == RECORD_SAMPLE {
+                format.sample_time(&rec[HEADER_SIZE..]).map(|time| Skimmed::Sample { time })
             } else {
-                Record::decode(rec, &format).ok().map(Brief::Record)
+                Record::decode(rec, &format).ok().map(Skimmed::Record)
             };
             match decoded {
                 Some(b) => {

@@ -40,11 +40,7 @@ pub struct EventSpec {
 
 impl EventSpec {
     pub fn event_name(&self) -> &'static str {
-        match self.kind {
-            EventKind::CpuClock => "cpu-clock",
-            EventKind::TaskClock => "task-clock",
-            EventKind::Cycles => "cycles",
-        }
+        self.kind.name()
     }
 }
 

@@ -33,12 +33,31 @@ pub enum Target {
     Command(Vec<String>),
 }
 
+/// What drives sampling. The one list of events profcpu knows: the command line offers [`EventKind::ALL`] by
+/// [`name`](EventKind::name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventKind {
     CpuClock,
     TaskClock,
     /// Hardware cycles; falls back to cpu-clock with a notice where there is no PMU.
     Cycles,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 3] = [EventKind::CpuClock, EventKind::TaskClock, EventKind::Cycles];
+
+    /// The event's name as perf spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::CpuClock => "cpu-clock",
+            EventKind::TaskClock => "task-clock",
+            EventKind::Cycles => "cycles",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<EventKind> {
+        EventKind::ALL.into_iter().find(|e| e.name() == name)
+    }
 }
 
 #[derive(Debug, Clone)]

@@ -11,7 +11,7 @@ use super::symbols_dir::Usage;
 use super::{Frame, FrameKind, ResolvedSample, Stack};
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
-use crate::perf_data::{Brief, BuildIdEntry, PerfDataReader, ReadStats, Record, Sample};
+use crate::perf_data::{BuildIdEntry, PerfDataReader, ReadStats, Record, Sample, Skimmed};
 use anyhow::Result;
 use rustc_hash::FxHashMap;
 use std::collections::HashMap;
@@ -38,16 +38,17 @@ pub struct SymbolizeStats {
     pub warnings: Vec<String>,
 }
 
-/// A resolved frame minus its address: what the cache stores. `offset = addr - base`.
+/// What names every address of one code range: a resolved frame minus its address (what the cache stores;
+/// `offset = addr - base`).
 #[derive(Debug, Clone)]
-struct Template {
+struct RangeName {
     symbol: Option<Arc<str>>,
     base: u64,
     module: Arc<str>,
     kind: FrameKind,
 }
 
-impl Template {
+impl RangeName {
     fn frame(&self, addr: u64) -> Frame {
         Frame {
             addr,
@@ -134,7 +135,7 @@ pub struct Symbolizer {
     sources: Sources,
     processes: Processes,
     /// Keyed by small integers: a fast non-cryptographic hash (this lookup runs for every frame of every sample).
-    cache: FxHashMap<CacheKey, Template>,
+    cache: FxHashMap<CacheKey, RangeName>,
     /// Named stacks by (address space, generation, cpu mode, ip, callchain): most samples repeat a stack seen
     /// before, and then cost one lookup.
     stacks: FxHashMap<Box<[u64]>, CachedStack>,
@@ -214,13 +215,13 @@ impl Symbolizer {
         let mut records: Vec<Record> = Vec::new();
         let mut last_time = 0u64;
         let mut lost = 0u64;
-        let mut read = reader.for_each_record_brief(|offset, r| {
+        let mut read = reader.skim_records(|offset, r| {
             match r {
-                Brief::Sample { time } => {
+                Skimmed::Sample { time } => {
                     last_time = time;
                     timeline.push((time, Replay::Sample(offset)));
                 }
-                Brief::Record(r) => match &r {
+                Skimmed::Record(r) => match &r {
                     Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
                         // Records without a time (no sample_id_all) keep their place after the previous one.
                         let t = r.time().unwrap_or(last_time);
@@ -370,7 +371,7 @@ impl Symbolizer {
             if let Some(t) = self.cache.get(&key) {
                 return t.frame(addr);
             }
-            let t = self.kernel_template(addr);
+            let t = self.kernel_name(addr);
             let frame = t.frame(addr);
             self.cache.insert(key, t);
             return frame;
@@ -384,7 +385,7 @@ impl Symbolizer {
         };
         let jit_code = kind.map_or(true, |k| k == MapKind::Jit);
         if jit_code {
-            if let Some(t) = self.jitdump_template(pid, lookup, time, steady) {
+            if let Some(t) = self.jitdump_name(pid, lookup, time, steady) {
                 return t.frame(addr);
             }
         }
@@ -394,26 +395,26 @@ impl Symbolizer {
         }
         // Only a first sight of this address needs the mapping itself.
         let mapping = self.processes.get(pid).and_then(|p| p.space.find(lookup).cloned());
-        let t = self.user_template(pid, lookup, mapping.as_ref());
+        let t = self.user_name(pid, lookup, mapping.as_ref());
         let frame = t.frame(addr);
         self.cache.insert(key, t);
         frame
     }
 
-    fn kernel_template(&mut self, addr: u64) -> Template {
-        let unnamed = Template { symbol: None, base: 0, module: self.kernel_module.clone(), kind: FrameKind::Kernel };
+    fn kernel_name(&mut self, addr: u64) -> RangeName {
+        let unnamed = RangeName { symbol: None, base: 0, module: self.kernel_module.clone(), kind: FrameKind::Kernel };
         let Some(k) = self.sources.kernel() else { return unnamed };
         if k.hidden {
             if let Some(u) = &mut self.usage {
                 u.kernel_hidden = true;
             }
-            return Template { symbol: Some(self.hidden_kernel.clone()), base: addr, ..unnamed };
+            return RangeName { symbol: Some(self.hidden_kernel.clone()), base: addr, ..unnamed };
         }
         let Some(r) = k.table.lookup(addr) else { return unnamed };
         if let Some(u) = &mut self.usage {
             u.kernel.insert(r.start, (r.end, r.value.name.clone(), r.value.module.clone()));
         }
-        Template {
+        RangeName {
             symbol: Some(r.value.name.clone()),
             base: r.start,
             module: r.value.module.clone(),
@@ -421,10 +422,10 @@ impl Symbolizer {
         }
     }
 
-    fn user_template(&mut self, pid: u32, lookup: u64, mapping: Option<&Mapping>) -> Template {
+    fn user_name(&mut self, pid: u32, lookup: u64, mapping: Option<&Mapping>) -> RangeName {
         let Some(m) = mapping else {
             // perf names JIT code even when its mapping was never recorded.
-            return self.perf_map_template(pid, lookup).unwrap_or(Template {
+            return self.perf_map_name(pid, lookup).unwrap_or(RangeName {
                 symbol: None,
                 base: 0,
                 module: self.unknown_module.clone(),
@@ -434,7 +435,7 @@ impl Symbolizer {
         let module_base = m.start.wrapping_sub(m.pgoff);
         let module = m.file.path.clone();
         match m.kind {
-            MapKind::Jit => self.perf_map_template(pid, lookup).unwrap_or(Template {
+            MapKind::Jit => self.perf_map_name(pid, lookup).unwrap_or(RangeName {
                 symbol: None,
                 base: module_base,
                 module,
@@ -452,41 +453,41 @@ impl Symbolizer {
                                 if let Some(u) = usage {
                                     u.insert(r.start, (r.end, name.clone()));
                                 }
-                                Template {
+                                RangeName {
                                     symbol: Some(name),
                                     base: module_base.wrapping_add(r.start),
                                     module,
                                     kind: FrameKind::Native,
                                 }
                             }
-                            None => Template { symbol: None, base: module_base, module, kind: FrameKind::Native },
+                            None => RangeName { symbol: None, base: module_base, module, kind: FrameKind::Native },
                         }
                     }
                     DsoSymbols::Opaque { .. } => {
-                        Template { symbol: None, base: module_base, module, kind: FrameKind::Unknown }
+                        RangeName { symbol: None, base: module_base, module, kind: FrameKind::Unknown }
                     }
                 }
             }
             MapKind::Special | MapKind::JitDumpFile => {
-                Template { symbol: None, base: module_base, module, kind: FrameKind::Unknown }
+                RangeName { symbol: None, base: module_base, module, kind: FrameKind::Unknown }
             }
         }
     }
 
-    fn perf_map_template(&mut self, pid: u32, addr: u64) -> Option<Template> {
+    fn perf_map_name(&mut self, pid: u32, addr: u64) -> Option<RangeName> {
         let loaded = self.sources.perf_map(pid, &self.processes)?;
         let (module, map) = &*loaded;
         let r = map.symbols.lookup(addr)?;
-        Some(Template { symbol: Some(r.value.clone()), base: r.start, module: module.clone(), kind: FrameKind::Jit })
+        Some(RangeName { symbol: Some(r.value.clone()), base: r.start, module: module.clone(), kind: FrameKind::Jit })
     }
 
-    fn jitdump_template(&mut self, pid: u32, addr: u64, time: u64, steady: &mut Range<u64>) -> Option<Template> {
+    fn jitdump_name(&mut self, pid: u32, addr: u64, time: u64, steady: &mut Range<u64>) -> Option<RangeName> {
         let loaded = self.sources.jitdump(pid, &self.processes)?;
         let (module, dump) = &*loaded;
         let (code, code_steady) = dump.lookup_steady(addr, time);
         *steady = steady.start.max(code_steady.start)..steady.end.min(code_steady.end);
         let code = code?;
-        Some(Template {
+        Some(RangeName {
             symbol: Some(code.name.clone()),
             base: code.start,
             module: module.clone(),
