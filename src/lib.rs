@@ -7,8 +7,9 @@
 pub mod archive;
 pub mod cli;
 pub mod commands;
-pub mod new_file;
+pub mod fs;
 pub mod perf_data;
+pub mod procfs;
 pub mod record;
 pub mod repeats;
 pub mod report;
