@@ -15,6 +15,7 @@
 //! | [`running_app`] | a started program that says when it is ready; the CPU lock |
 //! | [`dotnet`] | real .NET runtimes (8 and 3.1) and C# programs compiled for them |
 //! | [`webapi`] | the sample web API as a target, on the host or in namespaces |
+//! | [`hostile`] | a hostile user (`nobody`) and container: planted links, swapped folders, renames in a race |
 //! | [`chromium`] | headless Chromium for the flame graph |
 #![allow(dead_code)]
 
@@ -23,6 +24,7 @@ pub mod chromium;
 pub mod dotnet;
 pub mod fixtures;
 pub mod golden;
+pub mod hostile;
 pub mod inferno;
 pub mod perf;
 pub mod profcpu;
