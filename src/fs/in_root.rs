@@ -357,6 +357,50 @@ mod tests {
         assert!(root.open_dir(Path::new("/tmp")).is_ok());
     }
 
+    /// The fallback walk under the race of issue 15: `/tmp` swapped with an absolute link to a host folder
+    /// (`renameat2(RENAME_EXCHANGE)`) while `/tmp/perf-1.map` is opened, 20,000 times.
+    #[test]
+    fn the_walk_never_reads_a_host_file_while_tmp_is_swapped() {
+        let f = FakeRoot::new("race");
+        let r = f.dir();
+        std::fs::create_dir(f.base.join("host")).unwrap();
+        std::fs::write(f.base.join("host/perf-1.map"), b"host").unwrap();
+        std::fs::write(r.join("tmp/perf-1.map"), b"inside").unwrap();
+        symlink(f.base.join("host"), r.join("tmpx")).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (a, b) = (r.join("tmp"), r.join("tmpx"));
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+                let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    // SAFETY: two valid NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
+                    let rc = unsafe {
+                        libc::syscall(libc::SYS_renameat2, libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), 2)
+                    };
+                    assert_eq!(rc, 0, "renameat2: {}", io::Error::last_os_error());
+                }
+            })
+        };
+        let root = f.root();
+        let (mut host, mut inside) = (0, 0);
+        for _ in 0..20_000 {
+            let Ok(mut file) = walk_file(&root, "/tmp/perf-1.map", Last::NoFollow) else { continue };
+            let mut s = String::new();
+            file.read_to_string(&mut s).unwrap();
+            if s == "host" {
+                host += 1;
+            } else {
+                inside += 1;
+            }
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+        assert_eq!(host, 0, "the walk read the host's file {host} times");
+        assert!(inside > 0);
+    }
+
     #[test]
     fn random_paths_never_escape_or_panic() {
         let f = FakeRoot::new("random");
