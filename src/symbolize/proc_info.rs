@@ -13,8 +13,9 @@ pub struct ProcessInfo {
     /// Owner of `/proc/<pid>` (the process's effective uid as the host sees it).
     pub uid: u32,
     pub comm: String,
-    /// Its root when it lives in another mount namespace (a container); `None` when it shares ours, so that
-    /// plain host paths are the same files.
+    /// Whether it lives in another mount namespace (a container): its files are then reached through its root.
+    in_container: bool,
+    /// That root, opened once (`None` when it shares our mounts, or when it could not be opened).
     root: Option<Root>,
 }
 
@@ -23,21 +24,23 @@ impl ProcessInfo {
         let process = Process::open(pid).ok()?;
         let status = process.status().ok()?;
         let uid = process.owner_uid().ok()?;
-        let root = if process.shares_our_mounts() { None } else { Some(process.root().ok()?) };
-        Some(ProcessInfo { pid, nspid: status.nspid.unwrap_or(pid), uid, comm: status.name, root })
+        let in_container = !process.shares_our_mounts();
+        let root = if in_container { process.root().ok() } else { None };
+        Some(ProcessInfo { pid, nspid: status.nspid.unwrap_or(pid), uid, comm: status.name, in_container, root })
     }
 
     /// The root to open its files through: its own, or the host's when it shares our mounts.
     pub fn root(&self) -> std::io::Result<Root> {
-        match &self.root {
-            Some(root) => Ok(root.clone()),
-            None => Root::host(),
+        match (&self.root, self.in_container) {
+            (Some(root), _) => Ok(root.clone()),
+            (None, false) => Root::host(),
+            (None, true) => Err(std::io::Error::other(format!("cannot open /proc/{}/root", self.pid))),
         }
     }
 
     /// Whether it lives in another mount namespace than profcpu.
     pub fn in_container(&self) -> bool {
-        self.root.is_some()
+        self.in_container
     }
 }
 

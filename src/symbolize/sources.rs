@@ -210,7 +210,14 @@ impl Sources {
         }
         let expected = m.file.build_id.as_deref().map(<[u8]>::to_vec).or_else(|| self.build_ids.get(&*path).cloned());
         let info = self.live_process(pid, processes);
-        let root = info.as_ref().and_then(|i| i.in_container().then(|| i.root().ok()).flatten());
+        // A container's files only through its root: never the host's file of the same name.
+        let root = match &info {
+            Some(i) if i.in_container() => match i.root() {
+                Ok(root) => Some(root),
+                Err(e) => return DsoSymbols::Opaque { reason: e.to_string() },
+            },
+            _ => None,
+        };
         let roots = SearchRoots { target_root: root.clone(), host: true, extra: self.opts.debug_roots.clone() };
         let file = match self.preopened.remove(&*m.file) {
             Some(f) => Ok(f),
