@@ -20,7 +20,7 @@ use profcpu::perf_data::PerfDataReader;
 use profcpu::report::names::frame_label;
 use profcpu::symbolize::{Capture, SymbolizeOptions, Symbolizer};
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 fn main() -> anyhow::Result<()> {
@@ -34,7 +34,9 @@ fn main() -> anyhow::Result<()> {
             "--offline" => {
                 opts = SymbolizeOptions {
                     debug_roots: opts.debug_roots,
-                    ..SymbolizeOptions::offline(PathBuf::from(args.next().expect("--offline DIR")))
+                    ..SymbolizeOptions::offline(profcpu::fs::Dir::open(Path::new(
+                        &args.next().expect("--offline DIR"),
+                    ))?)
                 }
             }
             "--symbols" => opts.debug_roots.push(PathBuf::from(args.next().expect("--symbols DIR"))),
@@ -79,13 +81,13 @@ fn main() -> anyhow::Result<()> {
         let mut pids: Vec<u32> = samples.iter().map(|s| s.pid).collect();
         pids.sort_unstable();
         pids.dedup();
-        let capture = Capture::new(&dir, &pids, &opts)?;
+        let capture = Capture::new(&profcpu::fs::Dir::open(&dir)?, &pids, &opts)?;
         let summary = capture.finish(&reader)?;
         println!(
             "capture: {} DSOs, {} bytes in {}, final step {:.1} ms",
             summary.dsos,
             summary.bytes,
-            summary.dir.display(),
+            summary.dir.path().display(),
             summary.finish_time.as_secs_f64() * 1e3
         );
     }

@@ -4,6 +4,7 @@
 mod support;
 
 use perf_event_open_sys::bindings as abi;
+use profcpu::fs::Dir;
 use profcpu::perf_data::abi::{CONTEXT_KERNEL, CONTEXT_USER, MISC_COMM_EXEC, MISC_KERNEL, MISC_USER};
 use profcpu::perf_data::header::HOST_PID;
 use profcpu::perf_data::*;
@@ -159,7 +160,8 @@ fn events() -> Vec<EventDesc> {
 }
 
 fn write(path: &std::path::Path) {
-    let mut w = PerfDataWriter::create(path, events()).unwrap();
+    let dir = Dir::open(path.parent().unwrap()).unwrap();
+    let mut w = PerfDataWriter::create(&dir, path.file_name().unwrap().to_str().unwrap(), events()).unwrap();
     w.add_ids(0, &[33]);
     for r in records() {
         match r {
@@ -239,17 +241,18 @@ fn an_unfinished_file_is_recognised_and_existing_paths_are_never_overwritten() {
     let scratch = Scratch::new("perf-data-unfinished");
     let dir = scratch.path.clone();
     let path = dir.join("perf.data");
-    let mut w = PerfDataWriter::create(&path, events()).unwrap();
+    let out = Dir::open(&dir).unwrap();
+    let mut w = PerfDataWriter::create(&out, "perf.data", events()).unwrap();
     w.write_record(&records()[1]).unwrap();
     drop(w);
     let err = PerfDataReader::open(&path).err().expect("an unfinished file must not read as a recording");
     assert!(format!("{err:#}").contains("not finished"), "{err:#}");
 
     // create refuses an existing file and a symlink (even a dangling one) instead of writing through it.
-    assert!(PerfDataWriter::create(&path, events()).is_err());
+    assert!(PerfDataWriter::create(&out, "perf.data", events()).is_err());
     let target = dir.join("elsewhere");
     let link = dir.join("link.data");
     std::os::unix::fs::symlink(&target, &link).unwrap();
-    assert!(PerfDataWriter::create(&link, events()).is_err());
+    assert!(PerfDataWriter::create(&out, "link.data", events()).is_err());
     assert!(!target.exists(), "the writer followed a symlink");
 }

@@ -5,6 +5,7 @@
 
 mod support;
 
+use profcpu::fs::Dir;
 use profcpu::report::names::frame_label;
 
 use profcpu::perf_data::PerfDataReader;
@@ -70,7 +71,7 @@ fn jit_frames_of_an_app_in_its_own_namespaces_are_named_from_outside() {
     // A sidecar's view: record and capture by host PID.
     let out_dir = scratch.join("out");
     std::fs::create_dir(&out_dir).unwrap();
-    let mut capture = Capture::new(&out_dir, &[host_pid], &SymbolizeOptions::live()).unwrap();
+    let mut capture = Capture::new(&Dir::open(&out_dir).unwrap(), &[host_pid], &SymbolizeOptions::live()).unwrap();
     let data = scratch.join("perf.data");
     let recorder = {
         let data = data.clone();
@@ -108,7 +109,7 @@ fn jit_frames_of_an_app_in_its_own_namespaces_are_named_from_outside() {
     }
     let summary = capture.finish(&reader).unwrap();
     assert_eq!(summary.perf_maps, 1);
-    let offline = name_samples(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
+    let offline = name_samples(&reader, &SymbolizeOptions::offline(summary.dir.clone())).unwrap();
     let (named_offline, jit_offline) = jit_leaf_names(&offline, &inner_map);
     assert_eq!((named_offline, jit_offline), (named, jit));
     let names = |out: &Named| out.samples.iter().map(|s| frame_label(&s.frames[0]).into_owned()).collect::<Vec<_>>();

@@ -4,6 +4,7 @@
 
 mod support;
 
+use profcpu::fs::Dir;
 use profcpu::report::names::frame_label;
 
 use profcpu::perf_data::PerfDataReader;
@@ -240,7 +241,7 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     let pid = app.pid();
     let out_dir = scratch.join("out");
     std::fs::create_dir(&out_dir).unwrap();
-    let mut capture = Capture::new(&out_dir, &[pid], &SymbolizeOptions::live()).unwrap();
+    let mut capture = Capture::new(&Dir::open(&out_dir).unwrap(), &[pid], &SymbolizeOptions::live()).unwrap();
     let data = scratch.join("perf.data");
     let recorder = {
         let data = data.clone();
@@ -269,13 +270,13 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     assert_eq!(summary.stats.samples, live.len() as u64);
     eprintln!(
         "capture: {} files, {} bytes in {}, finish took {:?}",
-        std::fs::read_dir(&summary.dir).unwrap().count(),
+        std::fs::read_dir(summary.dir.path()).unwrap().count(),
         summary.bytes,
-        summary.dir.display(),
+        summary.dir.path().display(),
         summary.finish_time
     );
 
-    let offline = name_samples(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
+    let offline = name_samples(&reader, &SymbolizeOptions::offline(summary.dir.clone())).unwrap();
     assert!(offline.stats.warnings.is_empty(), "{:?}", offline.stats.warnings);
     assert_spin_profile(&offline, &format!("/tmp/perf-{pid}.map"));
     // Offline names equal the ones made while collecting, frame for frame.

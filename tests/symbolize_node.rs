@@ -2,6 +2,7 @@
 //! and maps it, which is how the recording points at it. No perf map is written (no `--perf-basic-prof`), so every
 //! JS name must come from the jitdump; a capture copies the dump for offline use.
 
+use profcpu::fs::Dir;
 use profcpu::perf_data::PerfDataReader;
 mod support;
 
@@ -54,7 +55,7 @@ fn hot_js_function_is_named_from_the_jitdump() {
     // The capture finds the dump through the recording's mapping of it and starts copying while node runs.
     let out_dir = scratch.join("out");
     std::fs::create_dir(&out_dir).unwrap();
-    let mut capture = Capture::new(&out_dir, &[pid], &SymbolizeOptions::live()).unwrap();
+    let mut capture = Capture::new(&Dir::open(&out_dir).unwrap(), &[pid], &SymbolizeOptions::live()).unwrap();
     reader
         .for_each_record(|r| {
             capture.observe(&r);
@@ -81,7 +82,7 @@ fn hot_js_function_is_named_from_the_jitdump() {
     std::fs::remove_file(&dump).unwrap();
     let summary = capture.finish(&reader).unwrap();
     assert_eq!((summary.perf_maps, summary.jitdumps), (0, 1));
-    let offline = name_samples(&reader, &SymbolizeOptions::offline(&summary.dir)).unwrap();
+    let offline = name_samples(&reader, &SymbolizeOptions::offline(summary.dir.clone())).unwrap();
     assert!(offline.stats.warnings.is_empty(), "{:?}", offline.stats.warnings);
     let names = |out: &Named| {
         out.samples

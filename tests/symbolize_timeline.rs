@@ -3,6 +3,7 @@
 //! time (remap, fork, exec, threads), records out of file order, context markers, return addresses, JIT code named
 //! by time from a jitdump, perf maps only on anonymous memory, unnamed frames keeping their module.
 
+use profcpu::fs::Dir;
 use profcpu::perf_data::abi::{CONTEXT_KERNEL, CONTEXT_USER, MISC_COMM_EXEC, MISC_USER};
 use profcpu::perf_data::abi::{SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_TID, SAMPLE_TIME};
 use profcpu::perf_data::{
@@ -106,7 +107,8 @@ const U: u64 = CONTEXT_USER;
 
 fn write_perf_data(path: &Path, records: &[Record]) {
     let events = vec![EventDesc { attr: cpu_clock_attr(), name: "cpu-clock".into(), ids: vec![] }];
-    let mut w = PerfDataWriter::create(path, events).unwrap();
+    let dir = Dir::open(path.parent().unwrap()).unwrap();
+    let mut w = PerfDataWriter::create(&dir, path.file_name().unwrap().to_str().unwrap(), events).unwrap();
     for r in records {
         w.write_record(r).unwrap();
     }
@@ -180,7 +182,8 @@ fn recorded_state_over_time_names_every_frame() {
     let data = recording(&scratch.path);
     write_symbols(&scratch.path, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
+    let out =
+        name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
     assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
     let by_time = |pid: u32, tid: u32, t: u64| {
         out.samples
@@ -294,7 +297,8 @@ fn repeated_callchains_share_a_stack_while_their_names_hold() {
     std::fs::write(scratch.path.join("symbols/dso-0.syms"), "0 100 in_lib\n").unwrap();
     std::fs::write(scratch.path.join("symbols/dso-1.syms"), "0 100 in_other\n").unwrap();
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
+    let out =
+        name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
     assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
 
     let named: Vec<(u64, Vec<String>, u64)> = out.samples.iter().map(|s| (s.time, names(s), s.frames.id())).collect();
@@ -326,7 +330,8 @@ fn hidden_kernel_symbols_show_as_kernel_with_a_notice() {
     let data = recording(&scratch.path);
     write_symbols(&scratch.path, "# profcpu captured kernel symbols\n# hidden\n");
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
+    let out =
+        name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
     let s = out.samples.iter().find(|s| s.time == 10).unwrap();
     assert_eq!(names(s)[..2], ["[kernel]", "[kernel]"]);
     assert_eq!(out.stats.warnings.len(), 1, "{:?}", out.stats.warnings);
@@ -339,7 +344,8 @@ fn offline_without_captured_files_keeps_modules() {
     std::fs::create_dir_all(scratch.join("symbols")).unwrap();
     let data = recording(&scratch.path);
     let reader = PerfDataReader::open(&data).unwrap();
-    let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
+    let out =
+        name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
     let s = out.samples.iter().find(|s| s.time == 20).unwrap();
     assert_eq!(
         names(s),
@@ -357,13 +363,17 @@ fn offline_without_captured_files_keeps_modules() {
 
 #[test]
 fn bad_symbols_dir_is_one_clear_error() {
-    let err = SymbolizeOptions::offline("/nonexistent/symbols");
+    let e = Dir::open(Path::new("/nonexistent/symbols")).unwrap_err();
+    assert_eq!(e.kind(), std::io::ErrorKind::NotFound);
+    // A symbols folder whose index is not a regular file: one error naming it.
     let scratch = Scratch::new("symbolize-bad-dir");
     std::fs::create_dir_all(scratch.join("symbols")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", scratch.join("symbols/dsos.txt")).unwrap();
     let data = recording(&scratch.path);
     let reader = PerfDataReader::open(&data).unwrap();
-    let e = name_samples(&reader, &err).unwrap_err();
-    assert!(format!("{e:#}").contains("/nonexistent/symbols"), "{e:#}");
+    let opts = SymbolizeOptions::offline(Dir::open(&scratch.join("symbols")).unwrap());
+    let e = name_samples(&reader, &opts).unwrap_err();
+    assert!(format!("{e:#}").contains("symbols/dsos.txt is a symlink, not a regular file"), "{e:#}");
 }
 
 struct Rng(u64);
@@ -422,7 +432,8 @@ fn random_records_never_panic() {
         let path = scratch.path.join(format!("random-{round}.data"));
         write_perf_data(&path, &records);
         let reader = PerfDataReader::open(&path).unwrap();
-        let out = name_samples(&reader, &SymbolizeOptions::offline(scratch.path.join("symbols"))).unwrap();
+        let out = name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap()))
+            .unwrap();
         assert!(out.samples.iter().all(|s| !s.frames.is_empty()));
     }
 }

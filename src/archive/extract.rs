@@ -1,134 +1,24 @@
-//! `prof.tar.gz`: the outputs and captured symbols packed with relative paths (plain `tar xzf` extracts them), and
-//! the safe extraction `postprocess` uses on archives that may come from anywhere.
+//! The safe extraction `postprocess` uses on archives (`prof.tar.gz`) that may come from anywhere.
 //!
 //! Extraction refuses, before writing anything, any archive with an absolute path, a `..` component, a path
 //! through an archived symlink, a symlink or hard link pointing outside the extraction folder, a device, FIFO or
 //! other special entry, or the same path twice. It then creates every file with `O_CREAT|O_EXCL|O_NOFOLLOW` while
 //! walking directories with `O_NOFOLLOW`, so nothing already on disk (a planted symlink) can redirect a write.
 
-use crate::new_file;
-use anyhow::{anyhow, bail, Context, Result};
+use crate::fs::{input, Limit};
+use anyhow::{anyhow, Context, Result};
 use flate2::read::GzDecoder;
-use flate2::write::GzEncoder;
-use flate2::Compression;
 use nix::errno::Errno;
 use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::stat::{fstatat, mkdirat, Mode, SFlag};
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::io::{self, BufReader, BufWriter, Seek, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
-use tar::{EntryType, Header};
-
-/// Packs `entries` (paths relative to `dir`, each of which must exist; directories are added with everything in
-/// them, in name order) into a new gzip-compressed tar at `out` (which must not exist). Symlinks are kept only
-/// when they point inside the archived tree; symlinked folders on the way to an entry are not followed. Returns
-/// the archived paths in archive order.
-pub fn create<P: AsRef<Path>>(dir: &Path, entries: &[P], out: &Path) -> Result<Vec<PathBuf>> {
-    let file = new_file::create(out).with_context(|| format!("creating {}", out.display()))?;
-    let mut builder =
-        tar::Builder::new(GzEncoder::new(BufWriter::with_capacity(256 * 1024, file), Compression::default()));
-    let mut archived = Vec::new();
-    for entry in entries {
-        let rel = entry.as_ref();
-        let parts = relative_parts(rel.as_os_str().as_bytes())
-            .map_err(|problem| anyhow!("cannot archive {}: {problem}", rel.display()))?;
-        if parts.is_empty() {
-            bail!(
-                "cannot archive {}: name files or folders inside {}, not the folder itself",
-                rel.display(),
-                dir.display()
-            );
-        }
-        let rel: PathBuf = parts.iter().collect();
-        for depth in 1..parts.len() {
-            let parent: PathBuf = parts[..depth].iter().collect();
-            let meta = std::fs::symlink_metadata(dir.join(&parent)).with_context(|| {
-                format!("cannot archive {}: reading {}", rel.display(), dir.join(&parent).display())
-            })?;
-            if !meta.is_dir() {
-                bail!(
-                    "cannot archive {}: {} is not a directory (symlinked folders are not followed)",
-                    rel.display(),
-                    parent.display()
-                );
-            }
-        }
-        add_tree(&mut builder, dir, &rel, &mut archived)?;
-    }
-    let encoder = builder.into_inner().with_context(|| format!("writing {}", out.display()))?;
-    let mut writer = encoder.finish().with_context(|| format!("writing {}", out.display()))?;
-    writer.flush().with_context(|| format!("writing {}", out.display()))?;
-    Ok(archived)
-}
-
-fn add_tree<W: Write>(
-    builder: &mut tar::Builder<W>,
-    dir: &Path,
-    rel: &Path,
-    archived: &mut Vec<PathBuf>,
-) -> Result<()> {
-    let full = dir.join(rel);
-    let meta = std::fs::symlink_metadata(&full).with_context(|| format!("cannot archive {}", full.display()))?;
-    let mut header = Header::new_gnu();
-    header.set_mtime(meta.mtime().max(0) as u64);
-    header.set_uid(0);
-    header.set_gid(0);
-    let file_type = meta.file_type();
-    if file_type.is_dir() {
-        header.set_entry_type(EntryType::Directory);
-        header.set_mode(0o755);
-        header.set_size(0);
-        // A trailing slash marks folders the way GNU tar writes them.
-        let mut name = rel.as_os_str().to_os_string();
-        name.push("/");
-        builder
-            .append_data(&mut header, Path::new(&name), io::empty())
-            .with_context(|| format!("archiving {}", rel.display()))?;
-        archived.push(rel.to_path_buf());
-        let mut children: Vec<OsString> = std::fs::read_dir(&full)
-            .with_context(|| format!("listing {}", full.display()))?
-            .map(|e| e.map(|e| e.file_name()))
-            .collect::<io::Result<_>>()
-            .with_context(|| format!("listing {}", full.display()))?;
-        children.sort();
-        for child in children {
-            add_tree(builder, dir, &rel.join(child), archived)?;
-        }
-    } else if file_type.is_file() {
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&full)
-            .with_context(|| format!("opening {}", full.display()))?;
-        header.set_entry_type(EntryType::Regular);
-        header.set_mode(meta.mode() & 0o755 | 0o600);
-        header.set_size(meta.len());
-        builder
-            .append_data(&mut header, rel, BufReader::new(file).take(meta.len()))
-            .with_context(|| format!("archiving {}", full.display()))?;
-        archived.push(rel.to_path_buf());
-    } else if file_type.is_symlink() {
-        let target = std::fs::read_link(&full).with_context(|| format!("reading symlink {}", full.display()))?;
-        let parent: Vec<OsString> =
-            rel.parent().map(|p| p.iter().map(OsStr::to_os_string).collect()).unwrap_or_default();
-        if let Err(problem) = check_link_target(&parent, target.as_os_str().as_bytes()) {
-            bail!("cannot archive symlink {} -> {}: {problem}", rel.display(), target.display());
-        }
-        header.set_entry_type(EntryType::Symlink);
-        header.set_mode(0o777);
-        header.set_size(0);
-        builder.append_link(&mut header, rel, &target).with_context(|| format!("archiving {}", rel.display()))?;
-        archived.push(rel.to_path_buf());
-    } else {
-        bail!("cannot archive {}: only files, folders and symlinks can be archived", full.display());
-    }
-    Ok(())
-}
+use tar::EntryType;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -158,11 +48,31 @@ enum Planned {
 /// files are never overwritten. Returns the extracted paths (relative to `dest`).
 pub fn extract_safe(archive: &Path, dest: &Path) -> Result<Vec<PathBuf>> {
     let name = archive.display().to_string();
-    let plan = plan_extraction(archive).map_err(|e| anyhow!("refusing to extract {name}: {e:#}"))?;
+    // A regular file only: a FIFO named like an archive would block the read forever.
+    let (file, _) = input::open_path(archive, Limit::NONE)
+        .map_err(|e| anyhow!("refusing to extract {name}: {}", e.explain(archive)))?;
+    let plan = plan_extraction(&file).map_err(|e| anyhow!("refusing to extract {name}: {e:#}"))?;
     std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
     let root = open_dir_nofollow(None, dest.as_os_str()).with_context(|| format!("opening {}", dest.display()))?;
+    extract_planned(&file, &name, plan, root)
+}
 
-    let file = File::open(archive).with_context(|| format!("opening {name}"))?;
+/// [`extract_safe`] from an archive already opened (a regular file) into a folder already opened (`dest`, which
+/// the caller made and holds: nothing is looked up by its path).
+pub fn extract_into(archive: &File, name: &str, dest: BorrowedFd) -> Result<Vec<PathBuf>> {
+    let plan = plan_extraction(archive).map_err(|e| anyhow!("refusing to extract {name}: {e:#}"))?;
+    let root = dest.try_clone_to_owned().with_context(|| format!("extracting {name}"))?;
+    extract_planned(archive, name, plan, root)
+}
+
+fn extract_planned(
+    archive: &File,
+    name: &str,
+    plan: Vec<(Vec<OsString>, Planned)>,
+    root: OwnedFd,
+) -> Result<Vec<PathBuf>> {
+    let name = name.to_string();
+    let file = from_start(archive).with_context(|| format!("opening {name}"))?;
     let mut tar = tar::Archive::new(GzDecoder::new(BufReader::with_capacity(256 * 1024, file)));
     let mut plan = plan.into_iter();
     let mut extracted = Vec::new();
@@ -215,8 +125,8 @@ pub fn extract_safe(archive: &Path, dest: &Path) -> Result<Vec<PathBuf>> {
 }
 
 /// Reads the whole archive once and checks every entry; the plan is what to create, in archive order.
-fn plan_extraction(archive: &Path) -> Result<Vec<(Vec<OsString>, Planned)>> {
-    let file = File::open(archive).with_context(|| format!("opening {}", archive.display()))?;
+fn plan_extraction(archive: &File) -> Result<Vec<(Vec<OsString>, Planned)>> {
+    let file = from_start(archive).context("cannot read it")?;
     let mut tar = tar::Archive::new(GzDecoder::new(BufReader::with_capacity(256 * 1024, file)));
     let mut plan = Vec::new();
     // What each archived path is (folders also when only implied by a deeper path), to reject duplicates, paths
@@ -350,6 +260,13 @@ fn check_link_target(link_dir: &[OsString], target: &[u8]) -> std::result::Resul
         return Err("points outside the extraction folder");
     }
     Ok(())
+}
+
+/// A handle on the archive that reads it from its first byte (each pass gets its own).
+fn from_start(archive: &File) -> io::Result<File> {
+    let mut file = archive.try_clone()?;
+    file.rewind()?;
+    Ok(file)
 }
 
 fn open_dir_nofollow(parent: Option<&OwnedFd>, name: &OsStr) -> nix::Result<OwnedFd> {

@@ -6,7 +6,7 @@
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
 use super::deflate::{deflate_segment, stored_block, Deflater, FINAL_BLOCK};
-use crate::new_file;
+use crate::fs::Dir;
 use anyhow::{Context, Result};
 use crc32fast::Hasher as Crc;
 use flate2::Compression;
@@ -131,15 +131,16 @@ pub struct Tarball {
 }
 
 impl Tarball {
-    /// Creates the archive (a new file) and reserves the streamed first entry's header.
-    pub fn create(path: &Path) -> Result<Tarball> {
-        let mut file = new_file::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    /// Creates the archive (a new file `name` in `dir`) and reserves the streamed first entry's header.
+    pub fn create(dir: &Dir, name: &str) -> Result<Tarball> {
+        let path = dir.shown(name);
+        let mut file = dir.create_file(name).with_context(|| format!("cannot create {}", path.display()))?;
         let placeholder = stored_block(&[0; BLOCK]);
         file.write_all(&GZIP_HEADER)
             .and_then(|()| file.write_all(&placeholder))
             .with_context(|| format!("cannot write {}", path.display()))?;
         let first_header_at = (GZIP_HEADER.len() + placeholder.len() - BLOCK) as u64;
-        Ok(Tarball { file, path: path.to_owned(), first_header_at, crc_after_header: Crc::new(), len_after_header: 0 })
+        Ok(Tarball { file, path, first_header_at, crc_after_header: Crc::new(), len_after_header: 0 })
     }
 
     /// Appends compressed bytes of the streamed entry (their CRC is given at [`end_streamed`](Self::end_streamed)).

@@ -1,17 +1,22 @@
 //! `profcpu collect`: record the target into a fresh `<output>/HH-MM-SS_YYYY-MM-DD/perf.data`, then hand the
 //! finished recording to the later stages.
+//!
+//! The output base and the run folder are opened once ([`Dir`]); everything of the run is created and read through
+//! the run folder's descriptor, so a user who can write to the base cannot redirect root's writes by renaming the
+//! run folder and putting a symlink in its place.
 
 use super::pipeline::{self, MetadataSource, OutputRequest};
 use crate::cli::CollectArgs;
+use crate::fs::Dir;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::record::{self, EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::Metadata;
 use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use std::io::{ErrorKind, IsTerminal};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 /// How many same-second runs get a `-2`, `-3`, … suffix before giving up.
@@ -27,7 +32,7 @@ pub fn run(args: CollectArgs) -> Result<()> {
     };
     // A wrong PID must not leave an empty run folder behind.
     record::check_target(&target)?;
-    let run_dir = create_run_dir(&args.output, chrono::Local::now())?;
+    let (base, run_name, run_dir) = create_run_dir(&args.output, chrono::Local::now())?;
     let duration = Duration::from_secs_f64(args.duration);
     let symbol_opts = SymbolizeOptions {
         debug_roots: args.symbols.symbols.clone(),
@@ -55,7 +60,8 @@ pub fn run(args: CollectArgs) -> Result<()> {
         frequency: args.freq,
         event: args.event,
         mmap_pages: args.mmap_pages,
-        perf_data: run_dir.join("perf.data"),
+        output: run_dir.clone(),
+        perf_data: pipeline::PERF_DATA_FILE.to_string(),
         progress: std::io::stderr().is_terminal(),
     };
     let summary = match record::record(&opts, &mut observer) {
@@ -63,29 +69,29 @@ pub fn run(args: CollectArgs) -> Result<()> {
         Err(e) => {
             // Removes what this run created (an empty symbols/ folder at most) and the run folder itself.
             if let Some(c) = &observer.capture {
-                let _ = std::fs::remove_dir(c.dir());
+                let _ = run_dir.remove_empty_dir(SYMBOLS_DIR, c.dir());
             }
-            let _ = std::fs::remove_dir(&run_dir);
+            let _ = base.remove_empty_dir(&run_name, &run_dir);
             return Err(e);
         }
     };
     eprintln!("{}", summary_line(&summary));
     after_recording(&run_dir, &summary, observer.capture.take(), observer.target_info.as_ref())?;
-    println!("{}", run_dir.display());
+    println!("{}", run_dir.path().display());
     Ok(())
 }
 
 /// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
 /// copy — exactly what `postprocess` will do later — and write the reports and the archive.
 fn after_recording(
-    run_dir: &Path,
+    run_dir: &Dir,
     summary: &RecordSummary,
     capture: Option<Capture>,
     target: Option<&ProcessInfo>,
 ) -> Result<()> {
-    let perf_data = run_dir.join(pipeline::PERF_DATA_FILE);
+    let recording = pipeline::open_recording(run_dir)?;
     if let Some(capture) = capture {
-        let reader = PerfDataReader::open(&perf_data)?;
+        let reader = PerfDataReader::from_file(&recording, &run_dir.shown(pipeline::PERF_DATA_FILE))?;
         let saved = capture.finish(&reader)?;
         tracing::info!(
             "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB) in {:.0} ms",
@@ -96,13 +102,12 @@ fn after_recording(
             saved.finish_time.as_secs_f64() * 1e3
         );
     }
+    let captured =
+        run_dir.open_dir(SYMBOLS_DIR).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display()));
     let result = pipeline::generate(OutputRequest {
         dir: run_dir,
-        symbolize: SymbolizeOptions {
-            captured_dir: Some(run_dir.join(SYMBOLS_DIR)),
-            live: false,
-            ..SymbolizeOptions::default()
-        },
+        recording,
+        symbolize: SymbolizeOptions { captured_dir: Some(captured?), live: false, ..SymbolizeOptions::default() },
         report: ReportOptions::default(),
         title: None,
         metadata: MetadataSource::Given(Box::new(metadata_of(summary, target))),
@@ -134,7 +139,7 @@ fn metadata_of(s: &RecordSummary, target: Option<&ProcessInfo>) -> Metadata {
 struct CollectObserver {
     target: Target,
     duration: Duration,
-    run_dir: PathBuf,
+    run_dir: Dir,
     capture: Option<Capture>,
     symbol_opts: SymbolizeOptions,
     /// Read when sampling starts: the target may be gone by the end.
@@ -151,7 +156,7 @@ impl RecordObserver for CollectObserver {
                 Err(e) => tracing::warn!("JIT names of the command will not be saved: {e:#}"),
             }
         }
-        eprintln!("{} into {}", describe_start(&self.target, target_pid, self.duration), self.run_dir.display());
+        eprintln!("{} into {}", describe_start(&self.target, target_pid, self.duration), self.run_dir.path().display());
     }
     fn on_record(&mut self, record: &Record) {
         if let Some(c) = &mut self.capture {
@@ -213,9 +218,10 @@ pub fn summary_line(s: &RecordSummary) -> String {
     line
 }
 
-/// Creates `<base>/HH-MM-SS_YYYY-MM-DD` (or `…-2`, `…-3` if taken) as a new directory. The base may be a symlink the
-/// user made; the run folder itself is always created fresh, never reused.
-fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<PathBuf> {
+/// Creates `<base>/HH-MM-SS_YYYY-MM-DD` (or `…-2`, `…-3` if taken) as a new directory and opens it. The base may be
+/// a symlink the user made; the run folder itself is always created fresh, never reused, and is reached through
+/// its descriptor from then on. Returns the base, the run folder's name in it, and the run folder.
+fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(Dir, String, Dir)> {
     let unusable = |e: std::io::Error| {
         anyhow::anyhow!(
             "cannot create the output folder {}: {e}; choose a writable folder with -output",
@@ -225,12 +231,19 @@ fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<P
     if base.exists() && !base.is_dir() {
         bail!("the output folder {} is not a folder; choose another with -output", base.display());
     }
-    std::fs::create_dir_all(base).map_err(unusable)?;
+    let base_dir = Dir::create_all(base).map_err(unusable)?;
+    if base_dir.is_pseudo_fs() {
+        bail!(
+            "the output folder {} is in a kernel file system (/proc or /sys), which cannot hold outputs; choose a \
+             folder on a disk with -output",
+            base.display()
+        );
+    }
     let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
     for n in 1..=MAX_RUN_DIR_SUFFIX {
-        let dir = base.join(if n == 1 { stem.clone() } else { format!("{stem}-{n}") });
-        match std::fs::create_dir(&dir) {
-            Ok(()) => return Ok(dir),
+        let name = if n == 1 { stem.clone() } else { format!("{stem}-{n}") };
+        match base_dir.create_dir(&name) {
+            Ok(dir) => return Ok((base_dir, name, dir)),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(unusable(e)),
         }
@@ -247,19 +260,21 @@ mod tests {
         let base = std::env::temp_dir().join(format!("profcpu-rundir-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&base);
         let now = chrono::Local::now();
-        let a = create_run_dir(&base, now).unwrap();
-        let b = create_run_dir(&base, now).unwrap();
-        let c = create_run_dir(&base, now).unwrap();
+        let a = create_run_dir(&base, now).unwrap().2;
+        let b = create_run_dir(&base, now).unwrap().2;
+        let c = create_run_dir(&base, now).unwrap().2;
         let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
-        assert_eq!(a.file_name().unwrap().to_str().unwrap(), stem);
-        assert_eq!(b.file_name().unwrap().to_str().unwrap(), format!("{stem}-2"));
-        assert_eq!(c.file_name().unwrap().to_str().unwrap(), format!("{stem}-3"));
+        assert_eq!(a.path().file_name().unwrap().to_str().unwrap(), stem);
+        assert_eq!(b.path().file_name().unwrap().to_str().unwrap(), format!("{stem}-2"));
+        assert_eq!(c.path().file_name().unwrap().to_str().unwrap(), format!("{stem}-3"));
         // A symlink squatting on the next name is skipped, not followed.
         let elsewhere = base.join("elsewhere");
         std::fs::create_dir(&elsewhere).unwrap();
         std::os::unix::fs::symlink(&elsewhere, base.join(format!("{stem}-4"))).unwrap();
-        let d = create_run_dir(&base, now).unwrap();
-        assert_eq!(d.file_name().unwrap().to_str().unwrap(), format!("{stem}-5"));
+        let (_, name, _) = create_run_dir(&base, now).unwrap();
+        assert_eq!(name, format!("{stem}-5"));
+        let err = create_run_dir(Path::new("/proc"), now).unwrap_err().to_string();
+        assert!(err.contains("kernel file system"), "{err}");
         std::fs::remove_dir_all(&base).unwrap();
     }
 

@@ -73,9 +73,15 @@ impl ReadStats {
 impl PerfDataReader {
     pub fn open(path: &Path) -> Result<Self> {
         let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+        Self::from_file(&file, path)
+    }
+
+    /// Reads a recording already opened (`shown` names it in messages).
+    pub fn from_file(file: &std::fs::File, shown: &Path) -> Result<Self> {
+        let path = shown;
         // SAFETY: the file is only read; a concurrent truncation by someone else could fault, which is the same
         // contract perf itself has with its input.
-        let bytes = unsafe { memmap2::Mmap::map(&file) }.with_context(|| format!("cannot map {}", path.display()))?;
+        let bytes = unsafe { memmap2::Mmap::map(file) }.with_context(|| format!("cannot map {}", path.display()))?;
         Self::from_mmap(bytes).with_context(|| format!("{} is not a readable perf.data", path.display()))
     }
 

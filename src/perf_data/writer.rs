@@ -5,6 +5,7 @@ use super::bytes::Encoder;
 use super::header::{EventDesc, Features, FileHeader, Section, FILE_HEADER_SIZE};
 use super::records::Record;
 use super::sample::SampleFormat;
+use crate::fs::Dir;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -21,9 +22,10 @@ pub struct PerfDataWriter {
 }
 
 impl PerfDataWriter {
-    /// Creates `path`, which must not exist yet: never writes through a symlink or over another file.
-    pub fn create(path: &Path, events: Vec<EventDesc>) -> Result<Self> {
-        let file = crate::new_file::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    /// Creates file `name` in `dir`, which must not exist yet: never writes through a symlink or over another file.
+    pub fn create(dir: &Dir, name: &str, events: Vec<EventDesc>) -> Result<Self> {
+        let path = dir.shown(name);
+        let file = dir.create_file(name).with_context(|| format!("cannot create {}", path.display()))?;
         let format = events.first().map(|e| e.attr.sample_format()).unwrap_or_default();
         let mut out = BufWriter::with_capacity(1 << 20, file);
         // A header with zero sizes until `finish`: a file cut short is recognisable as unfinished.
@@ -32,7 +34,7 @@ impl PerfDataWriter {
         // a finished file cut short later (a partial copy) then keeps the sample layout needed to read its data.
         out.write_all(&attr_section(&events, &vec![Section::default(); events.len()]))?;
         let data_offset = FILE_HEADER_SIZE + attr_entry_size(&events) * events.len() as u64;
-        Ok(PerfDataWriter { out, path: path.to_owned(), events, format, data_offset, data_size: 0 })
+        Ok(PerfDataWriter { out, path, events, format, data_offset, data_size: 0 })
     }
 
     pub fn path(&self) -> &Path {

@@ -1,13 +1,13 @@
 //! Build-ids of the files samples fell into, for perf.data's BUILD_ID feature.
 //!
 //! A file is read as the sampled process sees it: through `/proc/<pid>/root` when that process lives in another mount
-//! namespace (a container), opened with `openat2(RESOLVE_IN_ROOT)` so that no symlink inside the container leads out
-//! of its root. (Full namespace-aware file resolution lives with the symbolizer; this is the small part recording
-//! needs.)
+//! namespace (a container), resolved by [`crate::fs::in_root`] so that no symlink inside the container leads out of
+//! its root.
 
+use crate::fs::{Last, Root};
 use std::fs::File;
 use std::io;
-use std::os::fd::FromRawFd;
+use std::path::Path;
 
 /// The GNU build-id of the ELF file at `path` as process `pid` sees it, if the file can be read and has one.
 pub fn build_id_of(pid: u32, path: &str) -> Option<Vec<u8>> {
@@ -52,44 +52,14 @@ fn gnu_build_id_note(mut notes: &[u8]) -> Option<Vec<u8>> {
     None
 }
 
-fn mount_namespace(pid: &str) -> Option<std::path::PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok()
-}
-
-/// Opens `path` in the mount namespace of `pid`: directly when that is ours (or the process is gone), else resolved
-/// inside `/proc/<pid>/root` without leaving it.
+/// Opens `path` as process `pid` sees it: directly when it shares our mount namespace (or is gone), else resolved
+/// inside its root without leaving it (see [`crate::fs::in_root`]).
 fn open_as_seen_by(pid: u32, path: &str) -> io::Result<File> {
-    let theirs = mount_namespace(&pid.to_string());
-    if theirs.is_none() || theirs == mount_namespace("self") {
-        return File::open(path);
-    }
-    let root = File::open(format!("/proc/{pid}/root"))?;
-    open_in_root(&root, path)
-}
-
-fn open_in_root(root: &File, path: &str) -> io::Result<File> {
-    use std::os::fd::AsRawFd;
-    let c_path = std::ffi::CString::new(path.trim_start_matches('/')).map_err(io::Error::other)?;
-    // SAFETY: open_how is plain data; zero is the default for every field.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC) as u64;
-    // Symlinks and ".." resolve as if the root were "/", and /proc magic links cannot jump elsewhere.
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: openat2 reads `how` (of the size given) and the NUL-terminated path.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            root.as_raw_fd(),
-            c_path.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
+    let root = match crate::procfs::Process::open(pid) {
+        Ok(process) if !process.shares_our_mounts() => process.root()?,
+        _ => Root::host()?,
     };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor the kernel just gave us.
-    Ok(unsafe { File::from_raw_fd(fd as i32) })
+    root.open_file(Path::new(path), Last::Follow)
 }
 
 #[cfg(test)]
@@ -105,23 +75,5 @@ mod tests {
         if std::path::Path::new("/sys/kernel/notes").exists() {
             assert_eq!(kernel_build_id().map(|k| k.len()), Some(20));
         }
-    }
-
-    #[test]
-    fn symlinks_do_not_leave_the_root() {
-        let dir = std::env::temp_dir().join(format!("profcpu-buildid-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("etc")).unwrap();
-        std::fs::write(dir.join("etc/inside"), b"in").unwrap();
-        // An absolute symlink must resolve inside the root, not to the host's /etc.
-        std::os::unix::fs::symlink("/etc/inside", dir.join("link")).unwrap();
-        std::os::unix::fs::symlink("/etc/hostname", dir.join("escape")).unwrap();
-        let root = File::open(&dir).unwrap();
-        let mut s = String::new();
-        io::Read::read_to_string(&mut open_in_root(&root, "/link").unwrap(), &mut s).unwrap();
-        assert_eq!(s, "in");
-        assert!(open_in_root(&root, "/escape").is_err(), "a symlink led out of the root");
-        assert!(open_in_root(&root, "/../../etc/hostname").is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -42,7 +42,8 @@
 //!
 //! # Safety against the target
 //! The target may be a container that controls its `/tmp`. Every path is resolved inside the target's root
-//! (`/proc/<pid>/root`) with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, the socket itself is opened
+//! (`/proc/<pid>/root`) by [`crate::fs::in_root`] (`openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`, or its
+//! descriptor walk on kernels without it), `/proc` is read by [`crate::procfs`], the socket itself is opened
 //! `O_PATH | O_NOFOLLOW` (a symlink planted at its name is refused, never followed), checked to be a socket owned by
 //! the target's user or root, and connected through `/proc/self/fd/<n>` — which also keeps the address within
 //! `sun_path`'s 108 bytes. Files are removed with `unlinkat` on a directory descriptor opened the same way.
@@ -51,13 +52,14 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::fs::Root;
+use crate::procfs::{MapsEntry, Process};
 use nix::errno::Errno;
-use nix::fcntl::{openat, openat2, AtFlags, OFlag, OpenHow, ResolveFlag};
+use nix::fcntl::{openat, AtFlags, OFlag};
 use nix::sys::socket::{self, AddressFamily, SockFlag, SockType, UnixAddr};
 use nix::sys::stat::{fstat, fstatat, Mode, SFlag};
 
@@ -78,9 +80,6 @@ const REPLY_ERROR: u8 = 0xFF;
 const E_UNKNOWN_COMMAND: u32 = 0x8013_1385;
 /// The replies we expect carry one u32; anything longer than this is not an answer to our command.
 const MAX_REPLY_PAYLOAD: usize = 1024;
-/// Limits for what is read from `/proc/<pid>/{environ,maps}` (the target controls their size).
-const MAX_ENVIRON: u64 = 4 << 20;
-const MAX_MAPS: u64 = 64 << 20;
 /// At most this many socket names for one PID are considered (stale ones pile up in a persistent /tmp).
 const MAX_CANDIDATES: usize = 16;
 
@@ -263,7 +262,7 @@ pub struct DotnetRuntime {
     /// The target's real, effective, saved and filesystem uids (host view): the socket must belong to one of them.
     uids: Vec<u32>,
     /// `/proc/<pid>/root`, opened once so a recycled PID cannot redirect later lookups.
-    root: OwnedFd,
+    root: Root,
     /// Where the socket lives and where the perf maps go, as the target sees them.
     socket_dir: String,
     perf_map_dir: String,
@@ -279,22 +278,20 @@ impl DotnetRuntime {
     /// the process cannot be inspected at all (gone, no permission).
     pub fn find(host_pid: u32) -> anyhow::Result<Lookup> {
         use anyhow::Context;
-        let proc_dir = PathBuf::from(format!("/proc/{host_pid}"));
-        let status = std::fs::read_to_string(proc_dir.join("status"))
+        let process = Process::open(host_pid)
             .with_context(|| format!("cannot read /proc/{host_pid}/status (has the process exited?)"))?;
-        let nspid = status_field(&status, "NStgid")
-            .or_else(|| status_field(&status, "NSpid"))
-            .and_then(|v| v.split_whitespace().last()?.parse().ok())
-            .unwrap_or(host_pid);
-        let uids: Vec<u32> = status_field(&status, "Uid")
-            .map(|v| v.split_whitespace().filter_map(|u| u.parse().ok()).collect())
-            .unwrap_or_default();
-        let start_time = start_time_of(host_pid).with_context(|| format!("cannot read /proc/{host_pid}/stat"))?;
-        let environment = read_environment(host_pid)
+        let status = process
+            .status()
+            .with_context(|| format!("cannot read /proc/{host_pid}/status (has the process exited?)"))?;
+        let nspid = status.nspid.unwrap_or(host_pid);
+        let uids = status.uids;
+        let start_time = process.start_time().with_context(|| format!("cannot read /proc/{host_pid}/stat"))?;
+        let environment = process
+            .environ(is_runtime_setting)
             .with_context(|| format!("cannot read /proc/{host_pid}/environ (profcpu needs root or the same user)"))?;
-        let coreclr = mapped_coreclr(host_pid);
+        let coreclr = mapped_coreclr(&process);
         let version = coreclr.as_deref().and_then(version_of);
-        let root = open_proc_root(host_pid).with_context(|| format!("cannot open /proc/{host_pid}/root"))?;
+        let root = process.root().with_context(|| format!("cannot open /proc/{host_pid}/root"))?;
 
         let setting = |name: &str| environment.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str());
         let socket_dir = match setting("TMPDIR") {
@@ -306,7 +303,7 @@ impl DotnetRuntime {
             .map(|(_, v)| v.to_string())
             .unwrap_or_else(|| "/tmp".to_string());
 
-        let socket_names = match open_dir_in_root(root.as_fd(), &socket_dir) {
+        let socket_names = match root.open_dir(Path::new(&socket_dir)) {
             Ok(dir) => socket_candidates(dir, nspid, start_time),
             Err(_) => Vec::new(),
         };
@@ -379,7 +376,7 @@ impl DotnetRuntime {
                 return Ok(Some(AlreadyOn::Setting(format!("{name}={value}"))));
             }
         }
-        let dir = match open_dir_in_root(self.root.as_fd(), &self.perf_map_dir) {
+        let dir = match self.root.open_dir(Path::new(&self.perf_map_dir)) {
             Ok(dir) => dir,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
@@ -397,7 +394,7 @@ impl DotnetRuntime {
     /// [`EnabledPerfMaps::remove_created_files`].
     pub fn enable_perf_map(&self, kind: PerfMapType) -> Result<EnabledPerfMaps, IpcError> {
         let dir_error = |source| IpcError::Io { socket: self.perf_map_dir_display(), source };
-        let dir = open_dir_in_root(self.root.as_fd(), &self.perf_map_dir).map_err(dir_error)?;
+        let dir = self.root.open_dir(Path::new(&self.perf_map_dir)).map_err(dir_error)?;
         let names = kind.file_names(self.nspid);
         let mut existed = Vec::new();
         for name in &names {
@@ -431,7 +428,7 @@ impl DotnetRuntime {
 
     /// One request, one reply, on a fresh connection; returns the OK reply's status.
     fn command(&self, command_id: u8, payload: &[u8]) -> Result<u32, IpcError> {
-        if start_time_of(self.host_pid).ok() != Some(self.start_time) {
+        if Process::open(self.host_pid).and_then(|p| p.start_time()).ok() != Some(self.start_time) {
             return Err(IpcError::Gone { host_pid: self.host_pid });
         }
         let mut stream = self.connect()?;
@@ -462,7 +459,9 @@ impl DotnetRuntime {
     /// Connects to the first candidate socket that accepts. A name whose socket nobody listens on any more (a
     /// stale file of an earlier process with the same PID) is skipped.
     fn connect(&self) -> Result<(UnixStream, String), IpcError> {
-        let dir = open_dir_in_root(self.root.as_fd(), &self.socket_dir)
+        let dir = self
+            .root
+            .open_dir(Path::new(&self.socket_dir))
             .map_err(|source| IpcError::Io { socket: self.socket_display(&self.socket_names[0]), source })?;
         let mut last_error = None;
         for name in &self.socket_names {
@@ -691,42 +690,6 @@ fn socket_candidates(dir: OwnedFd, nspid: u32, start_time: u64) -> Vec<String> {
     found.into_iter().take(MAX_CANDIDATES).map(|(_, name)| name).collect()
 }
 
-/// `/proc/<pid>/root` as a directory descriptor: the root every later lookup starts from.
-fn open_proc_root(host_pid: u32) -> io::Result<OwnedFd> {
-    let path = format!("/proc/{host_pid}/root");
-    Ok(nix::fcntl::open(path.as_str(), OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?)
-}
-
-/// Opens directory `path` (as the target sees it) for listing, resolving every component inside `root`: symlinks
-/// are followed the way the target would follow them but never out of its root, and magic links (`/proc/*/fd/*`)
-/// not at all. Kernels without `openat2` (before 5.6) get a component-by-component walk that refuses symlinks.
-fn open_dir_in_root(root: BorrowedFd, path: &str) -> io::Result<OwnedFd> {
-    let relative = path.trim_start_matches('/');
-    let relative = if relative.is_empty() { "." } else { relative };
-    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let how = OpenHow::new().flags(flags).resolve(ResolveFlag::RESOLVE_IN_ROOT | ResolveFlag::RESOLVE_NO_MAGICLINKS);
-    match openat2(root, relative, how) {
-        Ok(fd) => Ok(fd),
-        Err(Errno::ENOSYS) => walk_without_symlinks(root, relative, flags),
-        Err(e) => Err(io::Error::from(e)),
-    }
-}
-
-fn walk_without_symlinks(root: BorrowedFd, relative: &str, flags: OFlag) -> io::Result<OwnedFd> {
-    let mut current = nix::fcntl::openat(root, ".", flags, Mode::empty())?;
-    for part in Path::new(relative).iter() {
-        if part == OsStr::new(".") {
-            continue;
-        }
-        if part == OsStr::new("..") {
-            return Err(io::Error::other(format!("{relative}: '..' is not followed on kernels without openat2")));
-        }
-        current = nix::fcntl::openat(&current, part, flags | OFlag::O_NOFOLLOW, Mode::empty())
-            .map_err(|e| io::Error::other(format!("{relative}: {e} (symlinks are not followed without openat2)")))?;
-    }
-    Ok(current)
-}
-
 fn stat_nofollow(dir: BorrowedFd, name: &str) -> io::Result<Option<nix::sys::stat::FileStat>> {
     match fstatat(dir, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
         Ok(st) => Ok(Some(st)),
@@ -739,39 +702,10 @@ fn join_target_path(dir: &str, name: &str) -> String {
     format!("{}/{name}", dir.trim_end_matches('/'))
 }
 
-fn status_field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
-    status.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(':').map(str::trim))
-}
-
-/// Field 22 (starttime, clock ticks since boot) of `/proc/<pid>/stat`: the runtime's `<key>` in the socket name.
-fn start_time_of(host_pid: u32) -> io::Result<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{host_pid}/stat"))?;
-    // The command name (field 2) is in parentheses and may contain spaces and ')': fields restart after the last ')'.
-    let after = stat.rsplit_once(')').map(|(_, rest)| rest).ok_or_else(|| io::Error::other("malformed stat"))?;
-    after
-        .split_whitespace()
-        .nth(19) // field 3 is the first after ')', so field 22 is the 20th
-        .and_then(|v| v.parse().ok())
-        .ok_or_else(|| io::Error::other("malformed stat"))
-}
-
-/// The variables of `/proc/<pid>/environ` that decide where the runtime puts its socket and files and what it
+/// The variables of the target's environment that decide where the runtime puts its socket and files and what it
 /// writes: `TMPDIR` and the `DOTNET_`/`COMPlus_` settings.
-fn read_environment(host_pid: u32) -> io::Result<Vec<(String, String)>> {
-    let mut raw = Vec::new();
-    std::fs::File::open(format!("/proc/{host_pid}/environ"))?.take(MAX_ENVIRON).read_to_end(&mut raw)?;
-    Ok(parse_environment(&raw))
-}
-
-fn parse_environment(raw: &[u8]) -> Vec<(String, String)> {
-    raw.split(|&b| b == 0)
-        .filter_map(|entry| {
-            let text = std::str::from_utf8(entry).ok()?;
-            let (name, value) = text.split_once('=')?;
-            let wanted = name == "TMPDIR" || name.starts_with("DOTNET_") || name.starts_with("COMPlus_");
-            wanted.then(|| (name.to_string(), value.to_string()))
-        })
-        .collect()
+fn is_runtime_setting(name: &str) -> bool {
+    name == "TMPDIR" || name.starts_with("DOTNET_") || name.starts_with("COMPlus_")
 }
 
 /// A CLR setting as the runtime reads it: `DOTNET_<name>` wins over `COMPlus_<name>`. Returns the variable's full
@@ -791,15 +725,12 @@ fn parse_clr_dword(value: &str) -> Option<u32> {
 
 /// The path of the libcoreclr.so the process has mapped (its view), or `None` when none is (not .NET, or a
 /// single-file app that links the runtime into its executable).
-fn mapped_coreclr(host_pid: u32) -> Option<PathBuf> {
-    use std::io::BufRead;
-    let maps = std::fs::File::open(format!("/proc/{host_pid}/maps")).ok()?;
-    let reader = io::BufReader::new(maps.take(MAX_MAPS));
-    reader.split(b'\n').map_while(Result::ok).find_map(|line| {
-        let start = line.iter().position(|&b| b == b'/')?;
-        let path = Path::new(OsStr::from_bytes(&line[start..]));
-        (path.file_name() == Some(OsStr::new("libcoreclr.so"))).then(|| path.to_path_buf())
-    })
+fn mapped_coreclr(process: &Process) -> Option<std::path::PathBuf> {
+    let maps = process.maps().ok()?;
+    maps.iter()
+        .map(|m: &MapsEntry| Path::new(&m.path))
+        .find(|p| p.file_name() == Some(OsStr::new("libcoreclr.so")))
+        .map(Path::to_path_buf)
 }
 
 /// The runtime version from a shared framework's directory: `.../Microsoft.NETCore.App/8.0.4/libcoreclr.so`.
@@ -823,8 +754,9 @@ mod tests {
 
     #[test]
     fn clr_settings_follow_the_runtime_rules() {
-        let env = parse_environment(
+        let env = crate::procfs::parse_environ(
             b"PATH=/bin\0COMPlus_PerfMapEnabled=1\0DOTNET_PerfMapEnabled=0\0TMPDIR=/var/tmp\0junk\0\xff\xfe=1\0",
+            is_runtime_setting,
         );
         assert_eq!(env.len(), 3);
         assert_eq!(clr_setting(&env, "PerfMapEnabled"), Some(("DOTNET_PerfMapEnabled", "0")));
@@ -834,19 +766,11 @@ mod tests {
     }
 
     #[test]
-    fn start_time_survives_odd_command_names() {
-        let me = std::process::id();
-        let t = start_time_of(me).unwrap();
-        assert!(t > 0);
-        assert!(start_time_of(u32::MAX).is_err());
-    }
-
-    #[test]
     fn versions_come_from_the_framework_directory() {
         let path = Path::new("/usr/share/dotnet/shared/Microsoft.NETCore.App/8.0.4/libcoreclr.so");
         assert_eq!(version_of(path).as_deref(), Some("8.0.4"));
         assert_eq!(version_of(Path::new("/app/libcoreclr.so")), None);
-        assert_eq!(mapped_coreclr(std::process::id()), None);
+        assert_eq!(mapped_coreclr(&Process::open(std::process::id()).unwrap()), None);
     }
 
     #[test]

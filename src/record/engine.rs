@@ -76,10 +76,10 @@ struct Session<'o> {
 /// Records `opts.target` into `opts.perf_data` and returns what happened. On error no perf.data is left behind (an
 /// unfinished one is unreadable).
 pub fn record(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
-    let existed = opts.perf_data.symlink_metadata().is_ok();
+    let existed = opts.output.kind(&opts.perf_data).is_some();
     let result = record_into(opts, observer);
     if result.is_err() && !existed {
-        let _ = std::fs::remove_file(&opts.perf_data);
+        let _ = opts.output.remove_file(&opts.perf_data);
     }
     result
 }
@@ -221,11 +221,7 @@ fn no_such_process(pid: u32) -> String {
 }
 
 fn read_cmdline(pid: u32) -> Vec<String> {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|raw| {
-            raw.split(|&b| b == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
-        })
-        .unwrap_or_default()
+    crate::procfs::Process::open(pid).map(|p| p.cmdline()).unwrap_or_default()
 }
 
 impl Session<'_> {
@@ -302,7 +298,7 @@ impl Session<'_> {
         }
         self.create_writer(opts)?;
         self.write_kernel_text()?;
-        for pid in synthesize::all_pids().context("cannot list /proc")? {
+        for pid in crate::procfs::all_pids().context("cannot list /proc")? {
             for record in synthesize::process(pid) {
                 self.write_synthesized(&record)?;
             }
@@ -425,7 +421,7 @@ impl Session<'_> {
         let attr = Attr::from_kernel(&self.attr);
         self.format = attr.sample_format();
         let desc = EventDesc { name: attr.event_name(), attr, ids: self.ids.clone() };
-        self.writer = Some(PerfDataWriter::create(&opts.perf_data, vec![desc])?);
+        self.writer = Some(PerfDataWriter::create(&opts.output, &opts.perf_data, vec![desc])?);
         Ok(())
     }
 
@@ -609,7 +605,7 @@ impl Session<'_> {
         let features = header_features::features(&self.dsos.hit(), self.spec.kernel && self.dsos.kernel_hit());
         let writer = self.writer.take().expect("writer exists once events are open");
         writer.finish(&features)?;
-        let bytes_written = std::fs::metadata(&opts.perf_data).map(|m| m.len()).unwrap_or(0);
+        let bytes_written = opts.output.stat(&opts.perf_data).ok().flatten().map_or(0, |st| st.st_size.max(0) as u64);
         Ok(RecordSummary {
             samples: self.samples,
             lost,

@@ -28,7 +28,7 @@ pub fn environment() -> Environment {
     {
         return Environment::Kubernetes;
     }
-    let cgroup = std::fs::read_to_string("/proc/1/cgroup").unwrap_or_default();
+    let cgroup = crate::procfs::read_setting("/proc/1/cgroup").unwrap_or_default();
     if std::path::Path::new("/.dockerenv").exists()
         || std::path::Path::new("/run/.containerenv").exists()
         || cgroup.contains("docker")
@@ -41,15 +41,15 @@ pub fn environment() -> Environment {
 }
 
 fn max_sample_rate() -> Option<u64> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.trim().parse().ok()
+    crate::procfs::read_setting("/proc/sys/kernel/perf_event_max_sample_rate").ok()?.parse().ok()
 }
 
 pub fn perf_event_paranoid() -> Option<i32> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok()?.trim().parse().ok()
+    crate::procfs::read_setting("/proc/sys/kernel/perf_event_paranoid").ok()?.parse().ok()
 }
 
 fn status_field(name: &str) -> Option<String> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let status = crate::procfs::read_setting("/proc/self/status").ok()?;
     status.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(':').map(|v| v.trim().to_string()))
 }
 

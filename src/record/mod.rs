@@ -18,8 +18,8 @@ pub use engine::{check_target, record};
 pub use events::SAMPLE_TYPE;
 pub use progress::status_line;
 
+use crate::fs::Dir;
 use crate::perf_data::Record;
-use std::path::PathBuf;
 use std::time::Duration;
 
 /// What to profile.
@@ -69,8 +69,9 @@ pub struct RecordOptions {
     pub event: EventKind,
     /// Ring-buffer data pages per CPU (a power of two); `None` picks a size that fits `perf_event_mlock_kb`.
     pub mmap_pages: Option<usize>,
-    /// Where to write perf.data (must not exist).
-    pub perf_data: PathBuf,
+    /// The folder to write perf.data into, and its name there (it must not exist).
+    pub output: Dir,
+    pub perf_data: String,
     /// Show the live progress line (on a TTY).
     pub progress: bool,
 }

@@ -27,9 +27,9 @@ pub fn page_size() -> usize {
 /// Data pages per CPU when the user did not choose: as many as `perf_event_mlock_kb` lets an unprivileged user lock
 /// per CPU (the kernel scales that budget by the number of CPUs), a power of two, at most 512.
 pub fn default_data_pages() -> usize {
-    let mlock_kb = std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb")
+    let mlock_kb = crate::procfs::read_setting("/proc/sys/kernel/perf_event_mlock_kb")
         .ok()
-        .and_then(|s| s.trim().parse::<usize>().ok())
+        .and_then(|s| s.parse::<usize>().ok())
         .unwrap_or(516);
     pages_for_mlock_kb(mlock_kb, page_size())
 }

@@ -6,6 +6,7 @@
 
 use crate::perf_data::abi::{MISC_KERNEL, MISC_USER};
 use crate::perf_data::{Comm, Mmap, Record, SampleId, Task};
+use crate::procfs::{MapsEntry, Process};
 use std::io;
 
 /// perf's `HOST_KERNEL_ID`: the pid of kernel mappings.
@@ -13,52 +14,6 @@ const KERNEL_PID: u32 = u32::MAX;
 
 fn sample_id(pid: u32, tid: u32) -> SampleId {
     SampleId { pid: Some(pid), tid: Some(tid), time: Some(0), id: Some(0), cpu: Some(0) }
-}
-
-/// One line of `/proc/PID/maps`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapsEntry {
-    pub start: u64,
-    pub end: u64,
-    pub perms: String,
-    pub offset: u64,
-    pub maj: u32,
-    pub min: u32,
-    pub inode: u64,
-    /// Empty for anonymous mappings.
-    pub path: String,
-}
-
-impl MapsEntry {
-    pub fn is_executable(&self) -> bool {
-        self.perms.as_bytes().get(2) == Some(&b'x')
-    }
-}
-
-/// Parses `start-end perms offset maj:min inode   path` (numbers in hex except the inode). The path starts after the
-/// padding and may contain spaces; it is empty for anonymous mappings.
-pub fn parse_maps_line(line: &str) -> Option<MapsEntry> {
-    let mut rest = line;
-    let mut field = || {
-        let t = rest.trim_start();
-        let end = t.find(' ').unwrap_or(t.len());
-        let (f, r) = t.split_at(end);
-        rest = r;
-        f
-    };
-    let (range, perms, offset, dev, inode) = (field(), field(), field(), field(), field());
-    let (start, end) = range.split_once('-')?;
-    let (maj, min) = dev.split_once(':')?;
-    Some(MapsEntry {
-        start: u64::from_str_radix(start, 16).ok()?,
-        end: u64::from_str_radix(end, 16).ok()?,
-        perms: perms.to_string(),
-        offset: u64::from_str_radix(offset, 16).ok()?,
-        maj: u32::from_str_radix(maj, 16).ok()?,
-        min: u32::from_str_radix(min, 16).ok()?,
-        inode: inode.parse().ok()?,
-        path: rest.trim_start().to_string(),
-    })
 }
 
 fn mmap2_of(pid: u32, e: &MapsEntry) -> Record {
@@ -87,20 +42,23 @@ fn mmap2_of(pid: u32, e: &MapsEntry) -> Record {
     })
 }
 
-/// MMAP2 records for the executable mappings of process `pid`.
-pub fn mappings(pid: u32) -> io::Result<Vec<Record>> {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(maps.lines().filter_map(parse_maps_line).filter(MapsEntry::is_executable).map(|e| mmap2_of(pid, &e)).collect())
-}
-
-fn thread_name(pid: u32, tid: u32) -> Option<String> {
-    let raw = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm")).ok()?;
-    Some(raw.trim_end_matches('\n').to_string())
+/// MMAP2 records for the executable mappings of a process.
+fn mappings(process: &Process) -> io::Result<Vec<Record>> {
+    let pid = process.pid();
+    Ok(process.maps()?.iter().filter(|e| e.is_executable()).map(|e| mmap2_of(pid, e)).collect())
 }
 
 /// FORK (for a thread other than the leader) then COMM for one thread; nothing if it is gone.
 pub fn thread(pid: u32, tid: u32) -> Vec<Record> {
-    let Some(comm) = thread_name(pid, tid) else { return vec![] };
+    match Process::open(pid) {
+        Ok(process) => thread_of(&process, tid),
+        Err(_) => vec![],
+    }
+}
+
+fn thread_of(process: &Process, tid: u32) -> Vec<Record> {
+    let pid = process.pid();
+    let Some(comm) = process.comm(Some(tid)) else { return vec![] };
     let mut out = Vec::with_capacity(2);
     if tid != pid {
         // FORK first: perf copies the parent's name into a thread it learns of from a FORK, so the COMM must follow.
@@ -113,32 +71,24 @@ pub fn thread(pid: u32, tid: u32) -> Vec<Record> {
 /// Everything perf would synthesize for one process: its threads, then its executable mappings. A process that
 /// exits while being read yields what was read.
 pub fn process(pid: u32) -> Vec<Record> {
+    let Ok(process) = Process::open(pid) else { return vec![] };
     let mut out = Vec::new();
-    let mut tids = super::target::thread_ids(pid).unwrap_or_default();
+    let mut tids = process.thread_ids().unwrap_or_default();
     tids.sort_unstable_by_key(|&t| (t != pid, t));
     for tid in tids {
-        out.extend(thread(pid, tid));
+        out.extend(thread_of(&process, tid));
     }
     if !out.is_empty() {
         // Kernel threads have no maps; a process that vanished reads as empty too.
-        out.extend(mappings(pid).unwrap_or_default());
+        out.extend(mappings(&process).unwrap_or_default());
     }
     out
-}
-
-/// PIDs of every process in /proc.
-pub fn all_pids() -> io::Result<Vec<u32>> {
-    let mut pids: Vec<u32> =
-        std::fs::read_dir("/proc")?.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
-    pids.sort_unstable();
-    Ok(pids)
 }
 
 /// The kernel text mapping as perf synthesizes it: `[kernel.kallsyms]_text` from `_text` to `_etext`, pid -1, pgoff
 /// = the address of `_text` (perf's relocation reference). `None` when /proc/kallsyms hides addresses.
 pub fn kernel_text() -> Option<Record> {
-    let file = std::fs::File::open("/proc/kallsyms").ok()?;
-    kernel_text_from_kallsyms(std::io::BufReader::new(file))
+    kernel_text_from_kallsyms(crate::procfs::kallsyms().ok()?)
 }
 
 /// Scans `address type name [module]` lines for `_text` (or `_stext`) and `_etext`, stopping at `_etext`: the file
@@ -184,36 +134,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn maps_lines_parse_like_the_kernel_prints_them() {
-        let e = parse_maps_line(
-            "7f12a4e28000-7f12a4e4e000 r-xp 00028000 fe:00 326279                     /usr/lib/x86_64-linux-gnu/libc.so.6",
-        )
-        .unwrap();
-        assert_eq!(
-            (e.start, e.end, e.offset, e.maj, e.min, e.inode),
-            (0x7f12a4e28000, 0x7f12a4e4e000, 0x28000, 0xfe, 0, 326279)
-        );
-        assert_eq!(e.path, "/usr/lib/x86_64-linux-gnu/libc.so.6");
-        assert!(e.is_executable());
-
-        let anon = parse_maps_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
-        assert_eq!(anon.path, "");
+    fn mmap2_records_follow_the_maps_line() {
+        let anon = crate::procfs::parse_maps_line("7f0000000000-7f0000001000 rwxp 00000000 00:00 0 ").unwrap();
         let Record::Mmap(m) = mmap2_of(7, &anon) else { panic!() };
         assert_eq!(m.filename, "//anon");
         assert_eq!(m.prot, (libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC) as u32);
         assert_eq!(m.flags, libc::MAP_PRIVATE as u32);
-
-        let spaced = parse_maps_line("1000-2000 r-xs 00001000 103:02 99 /tmp/my app/lib x.so (deleted)").unwrap();
-        assert_eq!((spaced.maj, spaced.min), (0x103, 2));
-        assert_eq!(spaced.path, "/tmp/my app/lib x.so (deleted)");
-        let Record::Mmap(m) = mmap2_of(7, &spaced) else { panic!() };
+        let shared = crate::procfs::parse_maps_line("1000-2000 r-xs 00001000 103:02 99 /tmp/x.so").unwrap();
+        let Record::Mmap(m) = mmap2_of(7, &shared) else { panic!() };
         assert_eq!(m.flags, libc::MAP_SHARED as u32);
-
-        assert_eq!(
-            parse_maps_line("ffffffffff600000-ffffffffff601000 --xp 00000000 00:00 0  [vsyscall]").unwrap().path,
-            "[vsyscall]"
-        );
-        assert!(parse_maps_line("garbage").is_none());
     }
 
     #[test]

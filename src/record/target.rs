@@ -7,22 +7,20 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+pub use crate::procfs::{online_cpus, possible_cpus};
+
 /// Thread ids of process `pid` (its `/proc/PID/task`). `ENOENT` when the process does not exist.
 pub fn thread_ids(pid: u32) -> io::Result<Vec<u32>> {
-    let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
-    Ok(tids)
+    crate::procfs::Process::open(pid)?.thread_ids()
 }
 
 /// The command name of a process (`/proc/PID/comm`).
 pub fn process_name(pid: u32) -> Option<String> {
-    Some(std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?.trim_end().to_string())
+    crate::procfs::Process::open(pid).ok()?.comm(None)
 }
 
 pub fn process_exists(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+    crate::procfs::exists(pid)
 }
 
 /// Checks that `program` would be found and could be executed the way `execvp` looks for it, so a typo is
@@ -43,42 +41,6 @@ pub fn check_program(program: &str) -> Result<()> {
         return Ok(());
     }
     bail!("cannot run '{program}': no such command in PATH")
-}
-
-/// The online CPUs, from `/sys/devices/system/cpu/online` ("0-3,6,8-9").
-pub fn online_cpus() -> Result<Vec<u32>> {
-    let list = std::fs::read_to_string("/sys/devices/system/cpu/online")
-        .context("cannot read /sys/devices/system/cpu/online (is /sys mounted?)")?;
-    parse_cpu_list(&list).with_context(|| format!("cannot parse the online CPU list {:?}", list.trim()))
-}
-
-pub fn parse_cpu_list(list: &str) -> Result<Vec<u32>> {
-    let mut cpus = Vec::new();
-    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.parse()?, b.parse()?);
-                if b < a {
-                    bail!("bad range {part}");
-                }
-                cpus.extend(a..=b);
-            }
-            None => cpus.push(part.parse()?),
-        }
-    }
-    if cpus.is_empty() {
-        bail!("no CPUs listed");
-    }
-    Ok(cpus)
-}
-
-/// The highest CPU number the machine can have plus one (perf's "nrcpus avail").
-pub fn possible_cpus() -> u32 {
-    std::fs::read_to_string("/sys/devices/system/cpu/present")
-        .ok()
-        .and_then(|s| parse_cpu_list(&s).ok())
-        .and_then(|c| c.iter().max().map(|m| m + 1))
-        .unwrap_or(1)
 }
 
 /// Raises the soft open-files limit to the hard limit: one descriptor per thread and CPU adds up quickly.
@@ -267,26 +229,13 @@ impl ExitWatch {
             let n = unsafe { libc::poll(&mut p, 1, 0) };
             return n > 0 && p.revents != 0;
         }
-        match std::fs::read_to_string(format!("/proc/{}/stat", self.pid)) {
-            // The state follows the parenthesised command name, which may itself contain ") ".
-            Ok(stat) => stat.rsplit_once(") ").is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
-            Err(_) => true,
-        }
+        crate::procfs::Process::open(self.pid).map_or(true, |p| p.is_exited())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cpu_lists() {
-        assert_eq!(parse_cpu_list("0-1\n").unwrap(), vec![0, 1]);
-        assert_eq!(parse_cpu_list("0-2,5,7-8").unwrap(), vec![0, 1, 2, 5, 7, 8]);
-        assert!(parse_cpu_list("").is_err());
-        assert!(parse_cpu_list("3-1").is_err());
-        assert!(online_cpus().unwrap().contains(&0) || !online_cpus().unwrap().is_empty());
-    }
 
     #[test]
     fn a_launched_command_waits_for_release_and_exits() {

@@ -23,7 +23,6 @@
 use anyhow::{bail, Context, Result};
 use chrono::{DateTime, FixedOffset};
 use std::fmt;
-use std::path::Path;
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Metadata {
@@ -100,12 +99,6 @@ impl Metadata {
             }
         }
         Ok(meta)
-    }
-
-    /// Reads and parses a metadata file.
-    pub fn read(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        Self::parse(&text, &path.display().to_string())
     }
 
     /// Joins a command line for `command_line`, quoting arguments the way a POSIX shell would need them.

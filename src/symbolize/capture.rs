@@ -5,16 +5,21 @@
 //! the samples hit (see [`captured`](super::symbols_dir) for the format), so `postprocess` can name every frame
 //! offline.
 //!
-//! Use: `Capture::new(out_dir, &[pid], &opts)`, then for every record read `observe(&record)` (non-sample records
+//! Everything is written through the descriptor of the output folder (see [`crate::fs::dir`]), and what is copied
+//! must pass [`jit_files::open_trusted`]: a regular file of the target's own (not a symlink to one), owned by root
+//! or the target's user, within [`Limit::JIT_FILE`].
+//!
+//! Use: `Capture::new(&out_dir, &[pid], &opts)`, then for every record read `observe(&record)` (non-sample records
 //! suffice), `poll()` about every 250 ms, and `finish(&reader)` once perf.data is complete.
 
 use super::address_space::{FileId, MapKind, Processes};
-use super::jit_files::{self, OpenError};
+use super::jit_files;
 use super::options::SymbolizeOptions;
 use super::proc_info::ProcessInfo;
 use super::symbolizer::{SymbolizeStats, Symbolizer};
 use super::symbols_dir::{self, CapturedProcess};
 use super::ResolvedSample;
+use crate::fs::{Dir, Last, Limit, Root};
 use crate::perf_data::{PerfDataReader, Record};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -36,14 +41,21 @@ struct Mirror {
 }
 
 impl Mirror {
-    fn new(src: File, dst_path: &Path) -> Result<Mirror> {
-        let dst = crate::new_file::create(dst_path).with_context(|| format!("cannot create {}", dst_path.display()))?;
+    fn new(src: File, dir: &Dir, name: &str) -> Result<Mirror> {
+        let dst = dir.create_file(name).with_context(|| format!("cannot create {}", dir.shown(name).display()))?;
         Ok(Mirror { src, dst, copied: 0 })
     }
 
-    /// Copies what was appended since the last call; starts over if the source shrank (rewritten).
+    /// Copies what was appended since the last call; starts over if the source shrank (rewritten). A source that
+    /// grows past [`Limit::JIT_FILE`] is copied up to it.
     fn sync(&mut self) -> std::io::Result<()> {
         let len = self.src.metadata()?.len();
+        if len > Limit::JIT_FILE.bytes {
+            return Err(std::io::Error::other(format!(
+                "it grew past {} bytes, more than a JIT writes: copied no further",
+                Limit::JIT_FILE.bytes
+            )));
+        }
         if len < self.copied {
             self.dst.set_len(0)?;
             self.copied = 0;
@@ -76,7 +88,7 @@ struct Target {
 /// What a capture saved, with the counters of the naming pass that found which symbols the samples hit.
 pub struct CaptureSummary {
     pub stats: SymbolizeStats,
-    pub dir: PathBuf,
+    pub dir: Dir,
     pub perf_maps: usize,
     pub jitdumps: usize,
     /// Mapped files with samples listed in `dsos.txt`.
@@ -88,7 +100,7 @@ pub struct CaptureSummary {
 }
 
 pub struct Capture {
-    dir: PathBuf,
+    dir: Dir,
     opts: SymbolizeOptions,
     all: bool,
     targets: HashMap<u32, Target>,
@@ -104,9 +116,10 @@ pub struct Capture {
 impl Capture {
     /// Starts a capture for the given host PIDs (their children are followed) into `<out_dir>/symbols`, which
     /// must not exist yet.
-    pub fn new(out_dir: &Path, pids: &[u32], opts: &SymbolizeOptions) -> Result<Capture> {
-        let dir = out_dir.join(SYMBOLS_DIR);
-        std::fs::create_dir(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    pub fn new(out_dir: &Dir, pids: &[u32], opts: &SymbolizeOptions) -> Result<Capture> {
+        let dir = out_dir
+            .create_dir(SYMBOLS_DIR)
+            .with_context(|| format!("cannot create {}", out_dir.shown(SYMBOLS_DIR).display()))?;
         let mut capture = Capture {
             dir,
             opts: opts.clone(),
@@ -126,13 +139,13 @@ impl Capture {
     }
 
     /// Captures for every process the recording mentions (`collect -all`).
-    pub fn new_all(out_dir: &Path, opts: &SymbolizeOptions) -> Result<Capture> {
+    pub fn new_all(out_dir: &Dir, opts: &SymbolizeOptions) -> Result<Capture> {
         let mut c = Self::new(out_dir, &[], opts)?;
         c.all = true;
         Ok(c)
     }
 
-    pub fn dir(&self) -> &Path {
+    pub fn dir(&self) -> &Dir {
         &self.dir
     }
 
@@ -231,9 +244,12 @@ impl Capture {
     }
 
     fn start_mirror(&mut self, info: &ProcessInfo, path: &Path, name: &str) -> Option<Mirror> {
-        let root = info.root();
-        match jit_files::open_trusted(Some(&root), path, &[info.uid], self.opts.force_maps) {
-            Ok(src) => match Mirror::new(src, &self.dir.join(name)) {
+        let opened = match info.root() {
+            Ok(root) => jit_files::open_trusted(&root, path, &[info.uid], self.opts.force_maps),
+            Err(e) => Err(jit_files::OpenError::Other(e.to_string())),
+        };
+        match opened {
+            Ok((src, _)) => match Mirror::new(src, &self.dir, name) {
                 Ok(m) => Some(m),
                 Err(e) => {
                     // A second jitdump of the same PID (after exec) cannot reuse the name; keep the first.
@@ -241,13 +257,10 @@ impl Capture {
                     None
                 }
             },
-            Err(OpenError::NotFound) => None,
-            Err(OpenError::Untrusted { owner }) => {
-                self.warn(jit_files::untrusted_warning(path, owner));
-                None
-            }
-            Err(OpenError::Other(e)) => {
-                self.warn(format!("cannot open {} of PID {}: {e}", path.display(), info.pid));
+            Err(e) => {
+                if let Some(warning) = jit_files::refusal(path, info.pid, &e) {
+                    self.warn(warning);
+                }
                 None
             }
         }
@@ -257,8 +270,7 @@ impl Capture {
         if !self.tried.insert(file.clone()) || file.path.ends_with(" (deleted)") {
             return;
         }
-        let root = PathBuf::from(format!("/proc/{pid}/root"));
-        if let Ok(f) = super::root_path::open_in_root(&root, Path::new(&*file.path)) {
+        if let Ok(f) = Root::of_process(pid).and_then(|root| root.open_file(Path::new(&*file.path), Last::Follow)) {
             self.opened.insert((**file).clone(), f);
         }
     }
@@ -318,6 +330,7 @@ impl Capture {
     }
 }
 
-fn dir_size(dir: &Path) -> u64 {
-    std::fs::read_dir(dir).map(|rd| rd.filter_map(|e| e.ok()?.metadata().ok()).map(|m| m.len()).sum()).unwrap_or(0)
+fn dir_size(dir: &Dir) -> u64 {
+    let names = dir.list().unwrap_or_default();
+    names.iter().filter_map(|n| dir.stat(n).ok().flatten()).map(|st| st.st_size.max(0) as u64).sum()
 }

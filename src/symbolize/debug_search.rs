@@ -11,15 +11,15 @@
 //! file of another build would name every frame wrongly.
 
 use super::elf::{self, ElfImage, ElfInfo};
-use super::root_path;
+use crate::fs::{Last, Root};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// Where to look, outermost first.
 #[derive(Debug, Clone, Default)]
 pub struct SearchRoots {
-    /// The target's root (`/proc/<pid>/root`), searched with the safe resolver.
-    pub target_root: Option<PathBuf>,
+    /// The target's root (`/proc/<pid>/root`): paths resolve inside it, links included, never out of it.
+    pub target_root: Option<Root>,
     /// Whether the host's own files may be searched.
     pub host: bool,
     pub extra: Vec<PathBuf>,
@@ -90,10 +90,10 @@ pub fn find_debug_file(
     roots: &SearchRoots,
     report: &mut SearchReport,
 ) -> Option<DebugFile> {
-    let mut tries: Vec<(PathBuf, Option<&Path>)> = Vec::new();
+    let mut tries: Vec<(PathBuf, Option<&Root>)> = Vec::new();
     let base = candidates(path, info);
     if let Some(root) = &roots.target_root {
-        tries.extend(base.iter().map(|c| (c.clone(), Some(root.as_path()))));
+        tries.extend(base.iter().map(|c| (c.clone(), Some(root))));
     }
     if roots.host {
         tries.extend(base.iter().map(|c| (c.clone(), None)));
@@ -101,15 +101,19 @@ pub fn find_debug_file(
     for extra in &roots.extra {
         tries.extend(extra_candidates(extra, path, info).into_iter().map(|c| (c, None)));
     }
+    let host = Root::host().ok();
     for (candidate, root) in tries {
-        let opened = match root {
-            Some(root) => root_path::open_in_root(root, &candidate),
-            None => root_path::open_regular_nofollow(&candidate),
+        // Host candidates are not followed through a last symlink, as before the shared resolver; inside a
+        // target's root the target's own links are followed (they cannot lead out).
+        let opened = match (root, &host) {
+            (Some(root), _) => root.open_file(&candidate, Last::Follow),
+            (None, Some(host)) => host.open_file(&candidate, Last::NoFollow),
+            (None, None) => continue,
         };
         let Ok(file) = opened else { continue };
         let Ok(Some(data)) = ElfImage::read(&file) else { continue };
         let shown = match root {
-            Some(r) => r.join(candidate.strip_prefix("/").unwrap_or(&candidate)),
+            Some(r) => r.shown(&candidate),
             None => candidate.clone(),
         };
         match verify(info, &data, &file) {

@@ -70,11 +70,8 @@ pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Opti
 /// The vDSO mapped into this process: the image every process gets from the running kernel, so it names the
 /// target's `[vdso]` frames when the recording was made on this kernel.
 pub fn own_vdso() -> DsoSymbols {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
-    let range = maps.lines().filter(|l| l.ends_with("[vdso]")).find_map(|l| {
-        let (start, end) = l.split_whitespace().next()?.split_once('-')?;
-        Some((u64::from_str_radix(start, 16).ok()?, u64::from_str_radix(end, 16).ok()?))
-    });
+    let maps = crate::procfs::Process::open(std::process::id()).and_then(|me| me.maps()).unwrap_or_default();
+    let range = maps.iter().find(|m| m.path == "[vdso]").map(|m| (m.start, m.end));
     let Some((start, end)) = range.filter(|(s, e)| e > s) else {
         return DsoSymbols::Opaque { reason: "this process has no vDSO".into() };
     };

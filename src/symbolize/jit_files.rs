@@ -1,8 +1,10 @@
 //! Opening a JIT's perf map or jitdump safely. These files are written by the profiled process, and in a
-//! container by whoever controls it, so a file is only believed when its owner is root or the target's user (as
-//! perf does): a map planted by another user could make the profile lie. `force_maps` overrides that.
+//! container by whoever controls it, so a file is only believed when it is a regular file of its own — not a
+//! symlink, which profcpu would otherwise follow as root to any file the target's user names — owned by root or the
+//! target's user (perf ignores maps of other owners too: a map planted by another user could make the profile lie),
+//! and not larger than [`Limit::JIT_FILE`]. `force_maps` overrides the owner check only.
 
-use super::root_path;
+use crate::fs::{input, InputError, Last, Limit, Root};
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -13,34 +15,41 @@ use std::path::Path;
 pub enum OpenError {
     NotFound,
     Untrusted { owner: u32 },
+    Symlink,
     Other(String),
 }
 
-/// Opens `path` (as the target sees it) inside `root` (or on the host when `root` is `None`), requiring an owner
-/// among `allowed_uids` unless `force`.
-pub fn open_trusted(root: Option<&Path>, path: &Path, allowed_uids: &[u32], force: bool) -> Result<File, OpenError> {
-    let opened = match root {
-        Some(root) => root_path::open_in_root(root, path),
-        None => root_path::open_regular_nofollow(path),
-    };
-    let file = opened.map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => OpenError::NotFound,
-        _ => OpenError::Other(e.to_string()),
+/// Opens `path` (as the target sees it) inside `root`, without following a symlink at its end, requiring an owner
+/// among `allowed_uids` (or root) unless `force`. Returns the file and its size.
+pub fn open_trusted(root: &Root, path: &Path, allowed_uids: &[u32], force: bool) -> Result<(File, u64), OpenError> {
+    let file = root.open_file(path, Last::NoFollow).map_err(|e| match InputError::from(e) {
+        InputError::NotFound => OpenError::NotFound,
+        InputError::Symlink => OpenError::Symlink,
+        other => OpenError::Other(other.to_string()),
     })?;
+    let size = input::check(&file, Limit::JIT_FILE).map_err(|e| OpenError::Other(e.to_string()))?;
     let owner = file.metadata().map_err(|e| OpenError::Other(e.to_string()))?.uid();
     if !force && owner != 0 && !allowed_uids.contains(&owner) {
         return Err(OpenError::Untrusted { owner });
     }
-    Ok(file)
+    Ok((file, size))
 }
 
-/// The warning for an untrusted file.
-pub fn untrusted_warning(what: &Path, owner: u32) -> String {
-    format!(
-        "ignoring {} owned by uid {owner}, which is neither root nor the profiled process's user (a planted map \
-         could name frames falsely); use -force-maps to trust it",
-        what.display()
-    )
+/// The warning for a file that was refused (`None` for [`OpenError::NotFound`], which is silent).
+pub fn refusal(what: &Path, pid: u32, e: &OpenError) -> Option<String> {
+    let what = what.display();
+    Some(match e {
+        OpenError::NotFound => return None,
+        OpenError::Untrusted { owner } => format!(
+            "ignoring {what} of PID {pid} owned by uid {owner}, which is neither root nor the profiled process's \
+             user (a planted map could name frames falsely); use -force-maps to trust it"
+        ),
+        OpenError::Symlink => format!(
+            "ignoring {what} of PID {pid}: it is a symlink, and a JIT writes its map as a file (a link could make \
+             profcpu copy a file the target's user may not read)"
+        ),
+        OpenError::Other(e) => format!("cannot open {what} of PID {pid}: {e}"),
+    })
 }
 
 /// The user this process runs as (the owner perf accepts for maps of processes that are gone).
@@ -55,24 +64,27 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     #[test]
-    fn owners_other_than_root_or_the_target_are_refused() {
+    fn owners_other_than_root_or_the_target_and_symlinks_are_refused() {
         let dir = std::env::temp_dir().join(format!("profcpu-jitfiles-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("perf-1.map");
         std::fs::write(&path, "1000 10 x\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let link = dir.join("perf-2.map");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
+        let host = Root::host().unwrap();
         let me = current_euid();
-        assert!(open_trusted(None, &path, &[me], false).is_ok());
+        assert!(open_trusted(&host, &path, &[me], false).is_ok());
+        assert!(matches!(open_trusted(&host, &link, &[me], false), Err(OpenError::Symlink)));
+        assert!(matches!(open_trusted(&host, &link, &[me], true), Err(OpenError::Symlink)), "forced through a link");
         if me == 0 {
             // Give the file to another user: refused unless forced.
-            let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
-            // SAFETY: valid NUL-terminated path; chown to an unprivileged uid.
-            assert_eq!(unsafe { libc::chown(c.as_ptr(), 4321, 4321) }, 0);
-            assert!(matches!(open_trusted(None, &path, &[1000], false), Err(OpenError::Untrusted { owner: 4321 })));
-            assert!(open_trusted(None, &path, &[4321], false).is_ok());
-            assert!(open_trusted(None, &path, &[1000], true).is_ok());
+            std::os::unix::fs::chown(&path, Some(4321), Some(4321)).unwrap();
+            assert!(matches!(open_trusted(&host, &path, &[1000], false), Err(OpenError::Untrusted { owner: 4321 })));
+            assert!(open_trusted(&host, &path, &[4321], false).is_ok());
+            assert!(open_trusted(&host, &path, &[1000], true).is_ok());
         }
-        assert!(matches!(open_trusted(None, &dir.join("missing"), &[me], false), Err(OpenError::NotFound)));
+        assert!(matches!(open_trusted(&host, &dir.join("missing"), &[me], false), Err(OpenError::NotFound)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

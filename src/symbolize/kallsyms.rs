@@ -66,7 +66,9 @@ impl KernelSymbols {
     }
 
     pub fn read_live() -> std::io::Result<KernelSymbols> {
-        Ok(Self::parse(&std::fs::read_to_string("/proc/kallsyms")?))
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut crate::procfs::kallsyms()?, &mut text)?;
+        Ok(Self::parse(&text))
     }
 
     /// The copy of kallsyms that `perf record` saved in perf's build-id cache for the kernel with this build-id

@@ -20,7 +20,6 @@ mod r2r;
 #[cfg(test)]
 mod random_inputs;
 mod ranges;
-mod root_path;
 mod sources;
 pub mod symbol_server;
 mod symbolizer;
@@ -36,9 +35,9 @@ pub mod parsers {
     pub use super::jitdump::{JitCode, JitDump};
     pub use super::kallsyms::{KernelSymbol, KernelSymbols};
     pub use super::perf_map::PerfMap;
-    pub use super::proc_info::{parse_status, ProcessInfo, Status};
+    pub use super::proc_info::ProcessInfo;
     pub use super::r2r::{rva_of, CodePart, CodeRange, FileMapping, Machine, PeSection, R2rImage, R2rMap, R2rMethod};
-    pub use super::root_path::{open_in_root, resolve_in_root};
+    pub use crate::procfs::{parse_status, Status};
 }
 
 use std::sync::Arc;

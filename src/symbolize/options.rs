@@ -1,13 +1,14 @@
 //! Where names may come from, as a caller of the symbolizer chooses: a capture's saved files, the live system,
 //! extra debug-file folders.
 
+use crate::fs::Dir;
 use std::path::PathBuf;
 
 /// Where names may come from.
 #[derive(Debug, Clone, Default)]
 pub struct SymbolizeOptions {
-    /// A `symbols/` directory written by a capture; its copies are preferred over anything live.
-    pub captured_dir: Option<PathBuf>,
+    /// A `symbols/` directory written by a capture, opened once; its copies are preferred over anything live.
+    pub captured_dir: Option<Dir>,
     /// Whether the running system may be read: `/proc/<pid>/…`, the mapped files, `/proc/kallsyms`. Off for a
     /// fully offline run (then only `captured_dir` names frames).
     pub live: bool,
@@ -24,7 +25,7 @@ impl SymbolizeOptions {
     }
 
     /// Names only from a capture's `symbols/` directory.
-    pub fn offline(captured_dir: impl Into<PathBuf>) -> Self {
-        SymbolizeOptions { captured_dir: Some(captured_dir.into()), live: false, ..Default::default() }
+    pub fn offline(captured_dir: Dir) -> Self {
+        SymbolizeOptions { captured_dir: Some(captured_dir), live: false, ..Default::default() }
     }
 }

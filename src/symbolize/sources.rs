@@ -5,19 +5,19 @@
 use super::address_space::{FileId, MapKind, Mapping, Processes};
 use super::debug_search::SearchRoots;
 use super::dso::{self, DsoSymbols};
-use super::jit_files::{self, OpenError};
+use super::jit_files;
 use super::jitdump::JitDump;
 use super::kallsyms::{KernelSymbols, KERNEL_MODULE};
 use super::options::SymbolizeOptions;
 use super::perf_map::PerfMap;
 use super::proc_info::ProcessInfo;
 use super::symbols_dir::CapturedDir;
+use crate::fs::{input, Last, Limit, Root};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 /// Distinct warnings, each logged once, in the order raised.
@@ -54,7 +54,6 @@ pub struct Sources {
     /// `/proc` facts per pid, read once; `None` when the process is gone (or the PID now belongs to another
     /// program).
     live_procs: HashMap<u32, Option<ProcessInfo>>,
-    own_mount_ns: Option<u64>,
     /// Build-ids the recording stored per path (perf.data BUILD_ID feature).
     pub build_ids: HashMap<String, Vec<u8>>,
     /// Kernel release the recording names (perf.data OSRELEASE feature), if any.
@@ -66,7 +65,7 @@ pub struct Sources {
 
 impl Sources {
     pub fn new(opts: &SymbolizeOptions) -> Result<Sources> {
-        let captured = opts.captured_dir.as_deref().map(CapturedDir::open).transpose()?;
+        let captured = opts.captured_dir.as_ref().map(CapturedDir::open).transpose()?;
         Ok(Sources {
             opts: opts.clone(),
             captured,
@@ -74,7 +73,6 @@ impl Sources {
             dsos: HashMap::new(),
             jit: HashMap::new(),
             live_procs: HashMap::new(),
-            own_mount_ns: mount_ns("self"),
             build_ids: HashMap::new(),
             recorded_release: None,
             preopened: HashMap::new(),
@@ -125,7 +123,7 @@ impl Sources {
         files.perf_map_tried = true;
         let nspid = self.nspid(pid, processes);
         let shown: Arc<str> = Arc::from(format!("/tmp/perf-{nspid}.map"));
-        let mut bytes = self.captured.as_ref().and_then(|c| read_captured(&c.perf_map(pid)));
+        let mut bytes = self.captured.as_ref().and_then(|c| c.read_jit_file(&c.perf_map(pid)));
         if bytes.is_none() {
             bytes = self.read_live_jit_file(pid, Path::new(&*shown), processes);
         }
@@ -153,7 +151,7 @@ impl Sources {
     }
 
     fn load_jitdump(&mut self, pid: u32, path: &Arc<str>, processes: &Processes) -> Option<(Arc<str>, JitDump)> {
-        let mut bytes = self.captured.as_ref().and_then(|c| read_captured(&c.jitdump(pid)));
+        let mut bytes = self.captured.as_ref().and_then(|c| c.read_jit_file(&c.jitdump(pid)));
         let mut still_written = false;
         if bytes.is_none() {
             bytes = self.read_live_jit_file(pid, Path::new(&**path), processes);
@@ -216,11 +214,18 @@ impl Sources {
         }
         let expected = m.file.build_id.as_deref().map(<[u8]>::to_vec).or_else(|| self.build_ids.get(&*path).cloned());
         let info = self.live_process(pid, processes);
-        let root = info.as_ref().and_then(|i| self.target_root(i));
+        // A container's files only through its root: never the host's file of the same name.
+        let root = match &info {
+            Some(i) if i.in_container() => match i.root() {
+                Ok(root) => Some(root),
+                Err(e) => return DsoSymbols::Opaque { reason: e.to_string() },
+            },
+            _ => None,
+        };
         let roots = SearchRoots { target_root: root.clone(), host: true, extra: self.opts.debug_roots.clone() };
         let file = match self.preopened.remove(&*m.file) {
             Some(f) => Ok(f),
-            None => open_mapped_file(pid, m, info.is_some(), root.as_deref()),
+            None => open_mapped_file(pid, m, info.is_some(), root.as_ref()),
         };
         match file {
             Ok(f) => dso::load(f, &path, &roots, expected.as_deref()),
@@ -255,17 +260,6 @@ impl Sources {
         info
     }
 
-    /// The root to read a live process's files through; `None` when it shares ours (plain host paths are then the
-    /// same files, and cheaper).
-    fn target_root(&self, info: &ProcessInfo) -> Option<PathBuf> {
-        let theirs = mount_ns(&info.pid.to_string());
-        if theirs.is_some() && theirs == self.own_mount_ns {
-            None
-        } else {
-            Some(info.root())
-        }
-    }
-
     fn nspid(&mut self, pid: u32, processes: &Processes) -> u32 {
         if let Some(p) = self.captured.as_ref().and_then(|c| c.processes.get(&pid)) {
             return p.nspid;
@@ -274,33 +268,32 @@ impl Sources {
     }
 
     /// Reads a perf map or jitdump of `pid` from the live system: through the process's root while it runs, else
-    /// from the host path (where perf finds maps of processes that are gone), each with the ownership check.
+    /// from the host path (where perf finds maps of processes that are gone), each with the checks of
+    /// [`jit_files::open_trusted`].
     fn read_live_jit_file(&mut self, pid: u32, path: &Path, processes: &Processes) -> Option<Vec<u8>> {
         if !self.opts.live {
             return None;
         }
         let (root, allowed) = match self.live_process(pid, processes) {
-            Some(info) => (self.target_root(&info), vec![info.uid]),
-            None => (None, vec![jit_files::current_euid()]),
+            Some(info) => (info.root(), vec![info.uid]),
+            None => (Root::host(), vec![jit_files::current_euid()]),
         };
-        match jit_files::open_trusted(root.as_deref(), path, &allowed, self.opts.force_maps) {
-            Ok(mut f) => {
-                let mut bytes = Vec::new();
-                match f.read_to_end(&mut bytes) {
-                    Ok(_) => Some(bytes),
-                    Err(e) => {
-                        self.warnings.warn(format!("cannot read {} of PID {pid}: {e}", path.display()));
-                        None
-                    }
+        let opened = match root {
+            Ok(root) => jit_files::open_trusted(&root, path, &allowed, self.opts.force_maps),
+            Err(e) => Err(jit_files::OpenError::Other(e.to_string())),
+        };
+        match opened {
+            Ok((mut f, size)) => match input::read_all(&mut f, size, Limit::JIT_FILE) {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    self.warnings.warn(format!("cannot read {} of PID {pid}: {e}", path.display()));
+                    None
                 }
-            }
-            Err(OpenError::NotFound) => None,
-            Err(OpenError::Untrusted { owner }) => {
-                self.warnings.warn(jit_files::untrusted_warning(path, owner));
-                None
-            }
-            Err(OpenError::Other(e)) => {
-                self.warnings.warn(format!("cannot open {} of PID {pid}: {e}", path.display()));
+            },
+            Err(e) => {
+                if let Some(warning) = jit_files::refusal(path, pid, &e) {
+                    self.warnings.warn(warning);
+                }
                 None
             }
         }
@@ -309,25 +302,26 @@ impl Sources {
     /// Whether the recording was made on the kernel running now (unknown counts as yes: same machine is the
     /// normal live case).
     fn same_kernel(&self) -> bool {
-        let running = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+        let running = crate::procfs::read_setting("/proc/sys/kernel/osrelease").unwrap_or_default();
         self.recorded_release.as_deref().map_or(true, |r| r.trim() == running.trim())
     }
 }
 
 /// Opens the file behind a mapping: through the target's root while it runs (via `/proc/PID/map_files` when the
 /// file was deleted or replaced), else the host file at that path if it is still the one recorded.
-fn open_mapped_file(pid: u32, m: &Mapping, alive: bool, root: Option<&Path>) -> Result<File, String> {
+fn open_mapped_file(pid: u32, m: &Mapping, alive: bool, root: Option<&Root>) -> Result<File, String> {
     let path = Path::new(&*m.file.path);
     if alive && m.file.path.ends_with(" (deleted)") {
         // The kernel still holds the replaced file; /proc/PID/map_files reaches exactly it.
         let p = format!("/proc/{pid}/map_files/{:x}-{:x}", m.start, m.end);
         return File::open(&p).map_err(|e| format!("{p}: {e}"));
     }
+    let host = || Root::host().map_err(|e| e.to_string());
     match (alive, root) {
-        (true, Some(root)) => super::root_path::open_in_root(root, path).map_err(|e| e.to_string()),
-        (true, None) => super::root_path::open_regular_nofollow(path).map_err(|e| e.to_string()),
+        (true, Some(root)) => root.open_file(path, Last::Follow).map_err(|e| e.to_string()),
+        (true, None) => host()?.open_file(path, Last::NoFollow).map_err(|e| e.to_string()),
         (false, _) => {
-            let f = super::root_path::open_regular_nofollow(path).map_err(|e| e.to_string())?;
+            let f = host()?.open_file(path, Last::NoFollow).map_err(|e| e.to_string())?;
             let ino = f.metadata().map_err(|e| e.to_string())?.ino();
             if m.file.ino != 0 && ino != m.file.ino && m.file.build_id.is_none() {
                 return Err("the file at that path is not the one the process mapped".into());
@@ -335,16 +329,4 @@ fn open_mapped_file(pid: u32, m: &Mapping, alive: bool, root: Option<&Path>) -> 
             Ok(f)
         }
     }
-}
-
-fn read_captured(path: &Path) -> Option<Vec<u8>> {
-    let mut f = super::root_path::open_regular_nofollow(path).ok()?;
-    let mut bytes = Vec::new();
-    f.read_to_end(&mut bytes).ok()?;
-    Some(bytes)
-}
-
-/// Inode of a process's mount namespace (`self` or a pid).
-fn mount_ns(pid: &str) -> Option<u64> {
-    std::fs::metadata(format!("/proc/{pid}/ns/mnt")).ok().map(|m| m.ino())
 }

@@ -19,11 +19,9 @@ use super::demangle::LazyName;
 use super::kallsyms::{KernelSymbol, KernelSymbols};
 use super::perf_map::{parse_hex, parse_line};
 use super::ranges::{Range, RangeTable};
-use super::root_path::open_regular_nofollow;
+use crate::fs::{Dir, Limit};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
-use std::io::Read;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub const PROCESSES_FILE: &str = "processes.txt";
@@ -77,23 +75,23 @@ pub struct CapturedDso {
     pub path: String,
 }
 
-/// A `symbols/` directory opened for reading.
-#[derive(Debug, Default)]
+/// A `symbols/` directory opened for reading (every file in it through the folder's descriptor, regular files
+/// only, each within its cap).
+#[derive(Debug)]
 pub struct CapturedDir {
-    pub dir: PathBuf,
+    pub dir: Dir,
     pub processes: HashMap<u32, CapturedProcess>,
     pub dsos: Vec<CapturedDso>,
 }
 
-fn read_text(path: &Path) -> Result<Option<String>> {
-    match open_regular_nofollow(path) {
-        Ok(mut f) => {
-            let mut s = String::new();
-            f.read_to_string(&mut s).with_context(|| format!("cannot read {}", path.display()))?;
-            Ok(Some(s))
+/// A text file of the capture, `None` when it is missing.
+fn read_text(dir: &Dir, name: &str) -> Result<Option<String>> {
+    match dir.read_input(name, Limit::CAPTURE_TEXT) {
+        Ok(bytes) => {
+            String::from_utf8(bytes).map(Some).map_err(|_| anyhow::anyhow!("{} is not text", dir.shown(name).display()))
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot open {}", path.display())),
+        Err(e) if e.error.is_not_found() => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -102,12 +100,9 @@ fn content_lines(text: &str) -> impl Iterator<Item = &str> {
 }
 
 impl CapturedDir {
-    pub fn open(dir: &Path) -> Result<CapturedDir> {
-        if !dir.is_dir() {
-            anyhow::bail!("{} is not a directory of captured symbols", dir.display());
-        }
-        let mut out = CapturedDir { dir: dir.to_path_buf(), ..Default::default() };
-        if let Some(text) = read_text(&dir.join(PROCESSES_FILE))? {
+    pub fn open(dir: &Dir) -> Result<CapturedDir> {
+        let mut out = CapturedDir { dir: dir.clone(), processes: HashMap::new(), dsos: Vec::new() };
+        if let Some(text) = read_text(dir, PROCESSES_FILE)? {
             for line in content_lines(&text) {
                 let f: Vec<&str> = line.split_whitespace().collect();
                 if let [pid, nspid, uid] = f[..] {
@@ -117,7 +112,7 @@ impl CapturedDir {
                 }
             }
         }
-        if let Some(text) = read_text(&dir.join(DSOS_FILE))? {
+        if let Some(text) = read_text(dir, DSOS_FILE)? {
             out.dsos = content_lines(&text).filter_map(parse_dso_line).collect();
         }
         Ok(out)
@@ -140,7 +135,7 @@ impl CapturedDir {
         if symfile.contains('/') || symfile.starts_with('.') {
             anyhow::bail!("bad symbol file name {symfile:?} in {DSOS_FILE}");
         }
-        let text = read_text(&self.dir.join(symfile))?.with_context(|| format!("{symfile} is missing"))?;
+        let text = read_text(&self.dir, symfile)?.with_context(|| format!("{symfile} is missing"))?;
         let ranges = content_lines(&text)
             .filter_map(parse_line)
             .map(|(start, end, name)| Range { start, end, value: Arc::new(LazyName::plain(Arc::from(name))) })
@@ -149,7 +144,7 @@ impl CapturedDir {
     }
 
     pub fn load_kernel(&self) -> Result<Option<KernelSymbols>> {
-        let Some(text) = read_text(&self.dir.join(KERNEL_FILE))? else { return Ok(None) };
+        let Some(text) = read_text(&self.dir, KERNEL_FILE)? else { return Ok(None) };
         let hidden = text.lines().any(|l| l.trim() == "# hidden");
         let mut modules: HashMap<String, Arc<str>> = HashMap::new();
         let ranges = content_lines(&text)
@@ -170,12 +165,25 @@ impl CapturedDir {
         Ok(Some(KernelSymbols { table: RangeTable::from_unsorted(ranges), hidden }))
     }
 
-    pub fn perf_map(&self, pid: u32) -> PathBuf {
-        self.dir.join(perf_map_name(pid))
+    pub fn perf_map(&self, pid: u32) -> String {
+        perf_map_name(pid)
     }
 
-    pub fn jitdump(&self, pid: u32) -> PathBuf {
-        self.dir.join(jitdump_name(pid))
+    pub fn jitdump(&self, pid: u32) -> String {
+        jitdump_name(pid)
+    }
+
+    /// A saved perf map or jitdump, `None` when missing or unusable (a symlink, a FIFO, too large: then warned
+    /// about once by the caller's log).
+    pub fn read_jit_file(&self, name: &str) -> Option<Vec<u8>> {
+        match self.dir.read_input(name, Limit::JIT_FILE) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.error.is_not_found() => None,
+            Err(e) => {
+                tracing::warn!("{e}");
+                None
+            }
+        }
     }
 }
 
@@ -209,16 +217,16 @@ pub struct Usage {
 }
 
 /// Writes `processes.txt`.
-pub fn write_processes(dir: &Path, processes: &BTreeMap<u32, CapturedProcess>) -> Result<()> {
+pub fn write_processes(dir: &Dir, processes: &BTreeMap<u32, CapturedProcess>) -> Result<()> {
     let mut text = String::from("# profcpu captured processes: HOSTPID NSPID UID\n");
     for (pid, p) in processes {
         text.push_str(&format!("{pid} {} {}\n", p.nspid, p.uid));
     }
-    crate::new_file::write(&dir.join(PROCESSES_FILE), text.as_bytes())
+    dir.write_file(PROCESSES_FILE, text.as_bytes())
 }
 
 /// Writes `dsos.txt`, `dso-N.syms` and `kernel.syms` from a run's usage; returns the bytes written.
-pub fn write_usage(dir: &Path, usage: &Usage) -> Result<u64> {
+pub fn write_usage(dir: &Dir, usage: &Usage) -> Result<u64> {
     let mut written = 0u64;
     let mut index = String::from("# profcpu captured files: SYMFILE MAJ:MIN:INO BUILDID PATH\n");
     let mut dsos: Vec<_> = usage.dsos.iter().collect();
@@ -232,7 +240,7 @@ pub fn write_usage(dir: &Path, usage: &Usage) -> Result<u64> {
                     text.push_str(&format!("{start:x} {:x} {}\n", end - start, one_line(sym)));
                 }
                 written += text.len() as u64;
-                crate::new_file::write(&dir.join(&name), text.as_bytes())?;
+                dir.write_file(&name, text.as_bytes())?;
                 name
             }
             None => "-".to_string(),
@@ -241,7 +249,7 @@ pub fn write_usage(dir: &Path, usage: &Usage) -> Result<u64> {
         index.push_str(&format!("{symfile} {}:{}:{} {build_id} {}\n", id.maj, id.min, id.ino, escape_path(&id.path)));
     }
     written += index.len() as u64;
-    crate::new_file::write(&dir.join(DSOS_FILE), index.as_bytes())?;
+    dir.write_file(DSOS_FILE, index.as_bytes())?;
 
     let mut text = String::from("# profcpu captured kernel symbols: START SIZE MODULE NAME\n");
     if usage.kernel_hidden {
@@ -251,13 +259,15 @@ pub fn write_usage(dir: &Path, usage: &Usage) -> Result<u64> {
         text.push_str(&format!("{start:x} {:x} {module} {}\n", end - start, one_line(name)));
     }
     written += text.len() as u64;
-    crate::new_file::write(&dir.join(KERNEL_FILE), text.as_bytes())?;
+    dir.write_file(KERNEL_FILE, text.as_bytes())?;
     Ok(written)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::path::PathBuf;
 
     fn temp_dir(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("profcpu-captured-{}-{name}", std::process::id()));
@@ -294,12 +304,13 @@ mod tests {
             (0xffffffff81000100, Arc::from("do_syscall_64"), Arc::from("[kernel.kallsyms]")),
         );
         usage.kernel.insert(0xffffffffc0000000, (0xffffffffc0000010, Arc::from("ext4_readdir"), Arc::from("[ext4]")));
-        write_usage(&dir, &usage).unwrap();
+        let out = Dir::open(&dir).unwrap();
+        write_usage(&out, &usage).unwrap();
         let mut procs = BTreeMap::new();
         procs.insert(4242, CapturedProcess { nspid: 1, uid: 0 });
-        write_processes(&dir, &procs).unwrap();
+        write_processes(&out, &procs).unwrap();
 
-        let c = CapturedDir::open(&dir).unwrap();
+        let c = CapturedDir::open(&out).unwrap();
         assert_eq!(c.processes[&4242], CapturedProcess { nspid: 1, uid: 0 });
         let entry = c.find_dso(&id).unwrap();
         assert_eq!(entry.path, *id.path);
@@ -313,19 +324,20 @@ mod tests {
         let ext4 = &k.table.lookup(0xffffffffc0000005).unwrap().value;
         assert_eq!((ext4.name.as_ref(), ext4.module.as_ref()), ("ext4_readdir", "[ext4]"));
         // Written files are never overwritten.
-        assert!(write_usage(&dir, &usage).is_err());
+        assert!(write_usage(&out, &usage).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
     fn lookups_by_build_id_or_unique_path() {
         let c = CapturedDir {
+            dir: Dir::open(&std::env::temp_dir()).unwrap(),
+            processes: HashMap::new(),
             dsos: vec![
                 CapturedDso { symfile: None, maj: 1, min: 2, ino: 3, build_id: Some(vec![1, 2]), path: "/a.so".into() },
                 CapturedDso { symfile: None, maj: 1, min: 2, ino: 4, build_id: None, path: "/b.so".into() },
                 CapturedDso { symfile: None, maj: 1, min: 2, ino: 5, build_id: None, path: "/b.so".into() },
             ],
-            ..Default::default()
         };
         let id = |path: &str, ino, build_id: Option<&[u8]>| FileId {
             path: Arc::from(path),
@@ -344,7 +356,7 @@ mod tests {
     fn hostile_index_entries_are_refused() {
         let dir = temp_dir("hostile");
         std::fs::write(dir.join(DSOS_FILE), "../../etc/passwd 1:2:3 - /x\nbad line\n- 1:2 - /y\n").unwrap();
-        let c = CapturedDir::open(&dir).unwrap();
+        let c = CapturedDir::open(&Dir::open(&dir).unwrap()).unwrap();
         assert_eq!(c.dsos.len(), 1);
         assert!(c.load_dso_table(c.dsos[0].symfile.as_ref().unwrap()).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -16,6 +16,7 @@
 //! | [`dotnet`] | real .NET runtimes (8 and 3.1) and C# programs compiled for them |
 //! | [`webapi`] | the sample web API as a target, on the host or in namespaces |
 //! | [`podman`] | real containers (podman + runc) from local images, the static binary inside them |
+//! | [`hostile`] | a hostile user (`nobody`) and container: planted links, swapped folders, renames in a race |
 //! | [`chromium`] | headless Chromium for the flame graph |
 #![allow(dead_code)]
 
@@ -24,6 +25,7 @@ pub mod chromium;
 pub mod dotnet;
 pub mod fixtures;
 pub mod golden;
+pub mod hostile;
 pub mod inferno;
 pub mod perf;
 pub mod podman;

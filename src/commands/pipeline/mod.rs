@@ -8,12 +8,15 @@
 //!
 //! Outputs are written into a fresh staging folder inside the output directory and then renamed into place, so a
 //! regenerated file replaces the old one (or a planted symlink) instead of writing through it, and a failure never
-//! leaves a half-written file under the final name.
+//! leaves a half-written file under the final name. The output directory, the staging folder and `symbols/` are
+//! reached only through their descriptors ([`crate::fs::Dir`], [`Staging`]); what is read from them (perf.data,
+//! the naming files) must be a regular file, not a symlink, within its size cap ([`crate::fs::input`]).
 
 mod sample_sink;
 mod script_file;
 
 use crate::archive::tarball::{self, Segment, Tarball};
+use crate::fs::{Dir, Kind, Limit, Staging};
 use crate::perf_data::{PerfDataReader, Record};
 use crate::report::flamegraph::{self, FlameOptions};
 use crate::report::folded::Folded;
@@ -28,7 +31,6 @@ use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::Instant;
@@ -37,7 +39,9 @@ pub const PERF_DATA_FILE: &str = "perf.data";
 
 pub struct OutputRequest<'a> {
     /// The output directory; perf.data (and `symbols/` when captured) are in it.
-    pub dir: &'a Path,
+    pub dir: &'a Dir,
+    /// Its perf.data, opened by [`open_recording`].
+    pub recording: File,
     pub symbolize: SymbolizeOptions,
     pub report: ReportOptions,
     /// Overrides the flame graph's title.
@@ -76,23 +80,25 @@ const CHUNKS_IN_FLIGHT: usize = 3;
 pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let begun = Instant::now();
     let dir = req.dir;
-    let perf_data = dir.join(PERF_DATA_FILE);
-    let reader = PerfDataReader::open(&perf_data)?;
-    if let Some(cut) = cut_short(&reader, &perf_data) {
+    let perf_data = dir.shown(PERF_DATA_FILE);
+    let reader = PerfDataReader::from_file(&req.recording, &perf_data)?;
+    // Archived from its own handle (read in pieces, not through the reader's mapping, so it does not stay resident).
+    let perf_data_file = req.recording;
+    let perf_data_meta = perf_data_file.metadata().with_context(|| format!("cannot read {}", perf_data.display()))?;
+    if let Some(cut) = cut_short(&reader, perf_data_meta.len()) {
         if !has_a_sample(&reader) {
             bail!("{} is {cut} before its first complete sample: there is nothing to show", perf_data.display());
         }
     }
-    // Archived from its own handle (read in pieces, not through the reader's mapping, so it does not stay resident).
-    let perf_data_file = File::open(&perf_data).with_context(|| format!("cannot open {}", perf_data.display()))?;
-    let perf_data_meta = perf_data_file.metadata().with_context(|| format!("cannot read {}", perf_data.display()))?;
     let mut symbolizer = Symbolizer::new(&req.symbolize)?;
 
     let staging = Staging::create(dir)?;
-    let script_path = staging.path().join(report::PERF_SCRIPT_FILE);
-    let script_file =
-        crate::new_file::create(&script_path).with_context(|| format!("cannot create {}", script_path.display()))?;
-    let archive = Tarball::create(&staging.path().join(report::ARCHIVE_FILE))?;
+    let script_path = staging.dir().shown(report::PERF_SCRIPT_FILE);
+    let script_file = staging
+        .dir()
+        .create_file(report::PERF_SCRIPT_FILE)
+        .with_context(|| format!("cannot create {}", script_path.display()))?;
+    let archive = Tarball::create(staging.dir(), report::ARCHIVE_FILE)?;
     // Chunks of script text go from this thread to the writer, then to the compressor, then back for reuse.
     let (to_writer, chunks) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
     let (to_compressor, written) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
@@ -124,7 +130,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             script_file::write(script_file, &script_path, chunks, to_compressor, || {
                 if let Some(old) = set_aside_old_script() {
                     // Without a thread to spare, it goes with the staging folder at the end.
-                    let _ = spawn_named(scope, "old-script-rm", move || std::fs::remove_file(old));
+                    let _ = spawn_named(scope, "old-script-rm", move || old.remove());
                 }
             })
         })?;
@@ -183,7 +189,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     }
     small.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
     for (name, bytes) in &small {
-        crate::new_file::write(&staging.path().join(name), bytes)?;
+        staging.dir().write_file(name, bytes)?;
     }
     for note in &notes {
         tracing::warn!("{note}");
@@ -206,7 +212,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     staging.publish(&files)?;
     if !files.iter().any(|f| f.as_os_str() == report::FLAMEGRAPH_FILE) {
         // A graph from an earlier run would contradict the new folded stacks.
-        remove_stale(&dir.join(report::FLAMEGRAPH_FILE))?;
+        remove_stale(dir, report::FLAMEGRAPH_FILE)?;
     }
     files.pop();
     tracing::debug!("outputs in place after {:.1?} ({})", begun.elapsed(), thread_cpu());
@@ -217,7 +223,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         notes,
         symbolize: stats,
         samples_shown: shown,
-        archive: dir.join(report::ARCHIVE_FILE),
+        archive: dir.shown(report::ARCHIVE_FILE),
     })
 }
 
@@ -258,22 +264,25 @@ fn svg(folded: &Folded, opts: &FlameOptions) -> Result<Vec<u8>> {
 
 /// The archive segment of what names the frames: `symbols/`, or the perf maps and jitdumps beside a `perf record`
 /// perf.data.
-fn naming_segment(dir: &Path) -> Result<Segment> {
+fn naming_segment(dir: &Dir) -> Result<Segment> {
     let mut naming_files = Vec::new();
-    if dir.join(report::SYMBOLS_DIR).is_dir() {
-        collect_tree(dir, Path::new(report::SYMBOLS_DIR), &mut naming_files)?;
+    if dir.kind(report::SYMBOLS_DIR) == Some(Kind::Dir) {
+        let symbols = dir
+            .open_dir(report::SYMBOLS_DIR)
+            .with_context(|| format!("cannot archive {}", dir.shown(report::SYMBOLS_DIR).display()))?;
+        collect_tree(&symbols, Path::new(report::SYMBOLS_DIR), &mut naming_files)?;
     } else {
         for name in jit_files_beside(dir)? {
-            naming_files.push(Naming::File(name));
+            naming_files.push(Naming::File(name.clone(), dir.clone(), name));
         }
     }
-    let contents = naming_files.iter().map(|n| n.read(dir)).collect::<Result<Vec<_>>>()?;
+    let contents = naming_files.iter().map(Naming::read).collect::<Result<Vec<_>>>()?;
     let mut entries = Vec::new();
     for (naming, content) in naming_files.iter().zip(&contents) {
         entries.push(match (naming, content) {
             (Naming::Dir(name, mtime), _) => tarball::Entry::Dir(name.clone(), *mtime),
-            (Naming::File(name), Some((bytes, mtime))) => tarball::Entry::File(name.clone(), bytes, *mtime),
-            (Naming::File(_), None) => continue,
+            (Naming::File(name, ..), Some((bytes, mtime))) => tarball::Entry::File(name.clone(), bytes, *mtime),
+            (Naming::File(..), None) => continue,
         });
     }
     Segment::of_entries(Compression::default(), &entries, false)
@@ -282,55 +291,50 @@ fn naming_segment(dir: &Path) -> Result<Segment> {
 /// A file or folder of what names the frames (`symbols/`, or perf maps beside a `perf record` perf.data).
 enum Naming {
     Dir(PathBuf, u64),
-    File(PathBuf),
+    /// Its path in the archive, the folder holding it and its name there.
+    File(PathBuf, Dir, PathBuf),
 }
 
 impl Naming {
-    /// A file's bytes and modification time, read without following a symlink; `None` for a folder.
-    fn read(&self, dir: &Path) -> Result<Option<(Vec<u8>, u64)>> {
-        let Naming::File(name) = self else { return Ok(None) };
-        let path = dir.join(name);
-        let mut file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .with_context(|| format!("cannot archive {}", path.display()))?;
-        let mut bytes = Vec::new();
-        std::io::Read::read_to_end(&mut file, &mut bytes).with_context(|| format!("cannot read {}", path.display()))?;
+    /// A file's bytes and modification time, read as an input file (regular, not a symlink, within its cap);
+    /// `None` for a folder.
+    fn read(&self) -> Result<Option<(Vec<u8>, u64)>> {
+        let Naming::File(_, dir, name) = self else { return Ok(None) };
+        let is_jit_file = name.extension().is_some_and(|e| e == "map" || e == "dump");
+        let limit = if is_jit_file { Limit::JIT_FILE } else { Limit::CAPTURE_TEXT };
+        let (mut file, size) = dir.open_input(name, limit)?;
+        let bytes = crate::fs::input::read_all(&mut file, size, limit)
+            .map_err(|error| crate::fs::NamedInputError { path: dir.shown(name), error })?;
         let mtime = file.metadata().map(|m| tarball::mtime_of(&m)).unwrap_or(0);
         Ok(Some((bytes, mtime)))
     }
 }
 
-/// `rel` (a folder in `dir`) and everything in it, in name order: folders and regular files; anything else (a
-/// symlink, a device) is left out with a warning.
-fn collect_tree(dir: &Path, rel: &Path, out: &mut Vec<Naming>) -> Result<()> {
-    let full = dir.join(rel);
-    let meta = std::fs::symlink_metadata(&full).with_context(|| format!("cannot archive {}", full.display()))?;
-    out.push(Naming::Dir(rel.to_owned(), tarball::mtime_of(&meta)));
-    let mut children: Vec<_> = std::fs::read_dir(&full)
-        .and_then(|d| d.map(|e| e.map(|e| e.file_name())).collect::<std::io::Result<Vec<_>>>())
-        .with_context(|| format!("cannot list {}", full.display()))?;
+/// Folder `dir` (at `rel` in the archive) and everything in it, in name order: folders and regular files; anything
+/// else (a symlink, a device) is left out with a warning.
+fn collect_tree(dir: &Dir, rel: &Path, out: &mut Vec<Naming>) -> Result<()> {
+    let st = nix::sys::stat::fstat(dir.fd()).with_context(|| format!("cannot archive {}", dir.path().display()))?;
+    out.push(Naming::Dir(rel.to_owned(), st.st_mtime.max(0) as u64));
+    let mut children = dir.list().with_context(|| format!("cannot list {}", dir.path().display()))?;
     children.sort();
     for child in children {
-        let rel = rel.join(child);
-        let kind = std::fs::symlink_metadata(dir.join(&rel))
-            .with_context(|| format!("cannot archive {}", dir.join(&rel).display()))?
-            .file_type();
-        if kind.is_dir() {
-            collect_tree(dir, &rel, out)?;
-        } else if kind.is_file() {
-            out.push(Naming::File(rel));
-        } else {
-            tracing::warn!("{} is not a regular file: left out of the archive", dir.join(&rel).display());
+        let name = PathBuf::from(&child);
+        match dir.kind(&name) {
+            Some(Kind::Dir) => {
+                let sub = dir
+                    .open_dir(&child.to_string_lossy())
+                    .with_context(|| format!("cannot archive {}", dir.shown(&name).display()))?;
+                collect_tree(&sub, &rel.join(&name), out)?;
+            }
+            Some(Kind::File) => out.push(Naming::File(rel.join(&name), dir.clone(), name)),
+            _ => tracing::warn!("{} is not a regular file: left out of the archive", dir.shown(&name).display()),
         }
     }
     Ok(())
 }
 
 /// How a recording's data section is cut short ("cut short (120 of 40960 bytes of records present)"), if it is.
-fn cut_short(reader: &PerfDataReader, path: &Path) -> Option<String> {
-    let len = std::fs::metadata(path).ok()?.len();
+fn cut_short(reader: &PerfDataReader, len: u64) -> Option<String> {
     let data = reader.header().data;
     let end = data.offset.saturating_add(data.size);
     (end > len)
@@ -408,10 +412,10 @@ fn metadata_from_recording(reader: &PerfDataReader, facts: &RecordingFacts, stat
 }
 
 /// Removes an output an earlier run left (a file or a symlink, never what a symlink points to).
-fn remove_stale(path: &Path) -> Result<()> {
-    match path.symlink_metadata() {
-        Ok(m) if !m.is_dir() => {
-            std::fs::remove_file(path).with_context(|| format!("cannot remove the outdated {}", path.display()))
+fn remove_stale(dir: &Dir, name: &str) -> Result<()> {
+    match dir.kind(name) {
+        Some(kind) if kind != Kind::Dir => {
+            dir.remove_file(name).with_context(|| format!("cannot remove the outdated {}", dir.shown(name).display()))
         }
         _ => Ok(()),
     }
@@ -419,16 +423,14 @@ fn remove_stale(path: &Path) -> Result<()> {
 
 /// `perf-<pid>.map` and `jit-<pid>.dump` files saved beside a perf.data from `perf record` (regular files only),
 /// so its archive names JIT frames wherever it is opened.
-fn jit_files_beside(dir: &Path) -> Result<Vec<PathBuf>> {
+fn jit_files_beside(dir: &Dir) -> Result<Vec<PathBuf>> {
     let is_pid = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
     let mut found = Vec::new();
-    for entry in std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
-        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
-        let name = entry.file_name();
+    for name in dir.list().with_context(|| format!("cannot list {}", dir.path().display()))? {
         let Some(name) = name.to_str() else { continue };
         let jit_file = name.strip_prefix("perf-").and_then(|n| n.strip_suffix(".map")).is_some_and(is_pid)
             || name.strip_prefix("jit-").and_then(|n| n.strip_suffix(".dump")).is_some_and(is_pid);
-        if jit_file && entry.file_type().is_ok_and(|t| t.is_file()) {
+        if jit_file && dir.kind(name) == Some(Kind::File) {
             found.push(PathBuf::from(name));
         }
     }
@@ -436,68 +438,10 @@ fn jit_files_beside(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(found)
 }
 
-/// A private folder inside the output directory; files are made there and renamed into the directory.
-struct Staging {
-    dir: PathBuf,
-    path: PathBuf,
-}
-
-impl Staging {
-    fn create(dir: &Path) -> Result<Self> {
-        let path = dir.join(format!(".profcpu-staging-{}", std::process::id()));
-        if path.symlink_metadata().is_ok() {
-            std::fs::remove_dir_all(&path).with_context(|| format!("cannot remove stale {}", path.display()))?;
-        }
-        std::fs::create_dir(&path).with_context(|| format!("cannot write into {}", dir.display()))?;
-        Ok(Staging { dir: dir.to_owned(), path })
-    }
-
-    fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// What moves an earlier run's `name` (a file or symlink, not a folder) out of the directory into the staging
-    /// folder, ahead of [`publish`](Self::publish), and says where it went (to be deleted; whatever is left goes
-    /// with the staging folder). On a failure it stays, and publishing reports what is wrong.
-    fn set_aside(&self, name: &str) -> impl FnOnce() -> Option<PathBuf> + Send + 'static {
-        let (target, aside) = (self.dir.join(name), self.path.join(format!(".old-{name}")));
-        move || {
-            let replaceable = std::fs::symlink_metadata(&target).is_ok_and(|m| !m.is_dir());
-            (replaceable && std::fs::rename(&target, &aside).is_ok()).then_some(aside)
-        }
-    }
-
-    /// Moves the given staged files to their final names (a rename replaces a symlink, never follows it). Checks
-    /// first that no final name is a folder, so that either all or (on an I/O error) few are replaced.
-    ///
-    /// An old file is first moved into the staging folder (and deleted with it): renaming over an existing file
-    /// makes ext4 write the new file out at once (its `auto_da_alloc` safeguard), which for a big perf_script.out
-    /// costs more than everything else of a run.
-    fn publish(&self, files: &[PathBuf]) -> Result<()> {
-        for f in files {
-            let target = self.dir.join(f);
-            if std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
-                bail!("{} is a folder; remove it to regenerate the outputs", target.display());
-            }
-        }
-        for (i, f) in files.iter().enumerate() {
-            let target = self.dir.join(f);
-            if target.symlink_metadata().is_ok() {
-                let old = self.path.join(format!(".old-{i}"));
-                std::fs::rename(&target, &old)
-                    .with_context(|| format!("cannot move the old {} out of the way", target.display()))?;
-            }
-            std::fs::rename(self.path.join(f), &target)
-                .with_context(|| format!("cannot move the new {} into place", target.display()))?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
-    }
+/// Opens a folder's perf.data for reading: a regular file, not a symlink (a link could lead the folder's owner's
+/// way into any file root can read), with one line naming the fix otherwise.
+pub fn open_recording(dir: &Dir) -> Result<File> {
+    Ok(dir.open_input(PERF_DATA_FILE, Limit::NONE)?.0)
 }
 
 /// Prints the hottest frames (to stderr: stdout is kept for the output folder's path, for scripts).
