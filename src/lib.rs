@@ -7,6 +7,8 @@
 pub mod archive;
 pub mod cli;
 pub mod commands;
+pub mod escape;
+pub mod interrupt;
 pub mod new_file;
 pub mod perf_data;
 pub mod record;

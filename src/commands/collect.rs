@@ -61,11 +61,8 @@ pub fn run(args: CollectArgs) -> Result<()> {
     let summary = match record::record(&opts, &mut observer) {
         Ok(summary) => summary,
         Err(e) => {
-            // Removes what this run created (an empty symbols/ folder at most) and the run folder itself.
-            if let Some(c) = &observer.capture {
-                let _ = std::fs::remove_dir(c.dir());
-            }
-            let _ = std::fs::remove_dir(&run_dir);
+            // The run folder is new and only this run wrote into it: without a perf.data nothing in it is of use.
+            let _ = std::fs::remove_dir_all(&run_dir);
             return Err(e);
         }
     };
@@ -96,6 +93,22 @@ fn after_recording(
             saved.finish_time.as_secs_f64() * 1e3
         );
     }
+    // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
+    // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
+    let metadata = metadata_of(summary, target);
+    crate::new_file::write(&run_dir.join(crate::report::METADATA_FILE), metadata.to_string().as_bytes())?;
+    let what = if run_dir.join(SYMBOLS_DIR).is_dir() {
+        "perf.data, symbols/ and metadata.txt"
+    } else {
+        "perf.data and metadata.txt"
+    };
+    crate::interrupt::set_stage(crate::interrupt::Stage::Writing {
+        left: format!(
+            "{} holds {what} but no other output; `profcpu postprocess -dir {}` makes them",
+            run_dir.display(),
+            run_dir.display()
+        ),
+    });
     let result = pipeline::generate(OutputRequest {
         dir: run_dir,
         symbolize: SymbolizeOptions {
@@ -105,7 +118,7 @@ fn after_recording(
         },
         report: ReportOptions::default(),
         title: None,
-        metadata: MetadataSource::Given(Box::new(metadata_of(summary, target))),
+        metadata: MetadataSource::Given(Box::new(metadata)),
     })?;
     pipeline::print_summary(&result);
     Ok(())
@@ -151,7 +164,10 @@ impl RecordObserver for CollectObserver {
                 Err(e) => tracing::warn!("JIT names of the command will not be saved: {e:#}"),
             }
         }
-        eprintln!("{} into {}", describe_start(&self.target, target_pid, self.duration), self.run_dir.display());
+        let line =
+            format!("{} into {}", describe_start(&self.target, target_pid, self.duration), self.run_dir.display());
+        // The target names itself (its comm): a terminal must not obey what it says.
+        eprintln!("{}", crate::escape::line(&line));
     }
     fn on_record(&mut self, record: &Record) {
         if let Some(c) = &mut self.capture {
@@ -237,7 +253,8 @@ fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<P
     let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
     for n in 1..=MAX_RUN_DIR_SUFFIX {
         let dir = base.join(if n == 1 { stem.clone() } else { format!("{stem}-{n}") });
-        match std::fs::create_dir(&dir) {
+        // A second Ctrl+C during set-up removes the folder with whatever set-up has put in it.
+        match crate::interrupt::remove_on_abort(&dir, || std::fs::create_dir(&dir)) {
             Ok(()) => return Ok(dir),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(unusable(e)),

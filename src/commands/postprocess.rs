@@ -8,6 +8,7 @@
 use super::pipeline::{self, MetadataSource, OutputRequest, PERF_DATA_FILE};
 use crate::archive;
 use crate::cli::PostprocessArgs;
+use crate::interrupt::{self, Stage};
 use crate::report::metadata_txt::Metadata;
 use crate::report::profile::ReportOptions;
 use crate::report::view::View;
@@ -17,7 +18,30 @@ use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
 pub fn run(args: PostprocessArgs) -> Result<()> {
+    // A first Ctrl+C lets the outputs be finished; a second one stops at once, saying this.
+    interrupt::set_stage(Stage::Writing { left: "nothing was written".into() });
     let dir = input_dir(&args.dir)?;
+    interrupt::set_stage(Stage::Writing {
+        left: format!(
+            "the outputs in {} were not regenerated (perf_script.out may be missing); run `profcpu postprocess -dir \
+             {}` again",
+            dir.display(),
+            dir.display()
+        ),
+    });
+    let extracted = dir != args.dir;
+    let result = regenerate(args, &dir);
+    if result.is_err() && extracted {
+        // Extracted by this run, which failed: nothing in it is of use, and it may be large.
+        let _ = std::fs::remove_dir_all(&dir);
+        return result.map_err(|e| anyhow::anyhow!("{e:#} (the folder it was extracted into was removed)"));
+    }
+    result
+}
+
+/// Writes the outputs in `dir` (the input folder, or where the archive was extracted).
+fn regenerate(args: PostprocessArgs, dir: &Path) -> Result<()> {
+    let dir = dir.to_owned();
     let perf_data = dir.join(PERF_DATA_FILE);
     if !perf_data.is_file() {
         if dir.join(report::ARCHIVE_FILE).is_file() {
@@ -92,12 +116,14 @@ fn input_dir(path: &Path) -> Result<PathBuf> {
         .map(|i| if i == 1 { parent.join(stem) } else { parent.join(format!("{stem}-{i}")) })
         .find(|p| p.symlink_metadata().is_err())
         .with_context(|| format!("no free folder name for {stem} in {}", parent.display()))?;
-    std::fs::create_dir(&dest).with_context(|| format!("cannot create {}", dest.display()))?;
+    interrupt::remove_on_abort(&dest, || std::fs::create_dir(&dest))
+        .with_context(|| format!("cannot create {}", dest.display()))?;
     if let Err(e) = archive::extract_safe(path, &dest) {
         // The folder is ours and new: a refused or broken archive leaves nothing behind.
         let _ = std::fs::remove_dir_all(&dest);
         return Err(e);
     }
-    eprintln!("profcpu: extracted {} into {}", path.display(), dest.display());
+    let line = format!("profcpu: extracted {} into {}", path.display(), dest.display());
+    eprintln!("{}", crate::escape::line(&line));
     Ok(dest)
 }

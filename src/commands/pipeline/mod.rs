@@ -203,7 +203,8 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let mut files: Vec<PathBuf> = vec![report::PERF_SCRIPT_FILE.into()];
     files.extend(small.iter().map(|(name, _)| name.clone()));
     files.push(report::ARCHIVE_FILE.into());
-    staging.publish(&files)?;
+    // All outputs are replaced or none (an abort waits for this).
+    crate::interrupt::publish(|| staging.publish(&files))?;
     if !files.iter().any(|f| f.as_os_str() == report::FLAMEGRAPH_FILE) {
         // A graph from an earlier run would contradict the new folded stacks.
         remove_stale(&dir.join(report::FLAMEGRAPH_FILE))?;
@@ -448,7 +449,9 @@ impl Staging {
         if path.symlink_metadata().is_ok() {
             std::fs::remove_dir_all(&path).with_context(|| format!("cannot remove stale {}", path.display()))?;
         }
-        std::fs::create_dir(&path).with_context(|| format!("cannot write into {}", dir.display()))?;
+        // An abort (a second Ctrl+C) removes it, so no half-made outputs stay behind.
+        crate::interrupt::remove_on_abort(&path, || std::fs::create_dir(&path))
+            .with_context(|| format!("cannot write into {}", dir.display()))?;
         Ok(Staging { dir: dir.to_owned(), path })
     }
 
@@ -502,5 +505,6 @@ impl Drop for Staging {
 
 /// Prints the hottest frames (to stderr: stdout is kept for the output folder's path, for scripts).
 pub fn print_summary(summary: &OutputSummary) {
-    eprintln!("{}", summary.top);
+    // Frame names come from the target's perf maps and files: escaped so a terminal shows them, not obeys them.
+    eprintln!("{}", crate::escape::lines(&summary.top.to_string()));
 }
