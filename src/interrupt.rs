@@ -1,19 +1,21 @@
 //! SIGINT and SIGTERM for a whole run, from the first line of `main` to the exit. What a signal does depends on the
 //! [`Stage`] the run is in, so that an interrupted run leaves either complete outputs or nothing half-made:
 //!
-//! | stage | first signal | second signal |
-//! |---|---|---|
-//! | [`Stage::Starting`] (before sampling) | cancels: set-up stops at [`begin_sampling`], nothing is kept | aborts at once, removing what set-up made |
-//! | [`Stage::Sampling`] | ends sampling; everything is still written | waits until perf.data and `symbols/` are complete, then aborts |
-//! | [`Stage::Saving`] (perf.data and `symbols/` being completed) | the outputs are still finished | as above |
-//! | [`Stage::Writing`] (the outputs) | the outputs are still finished | aborts at once: the staging folder goes, one line says what is left |
-//! | [`Stage::Done`] | ignored (only the summary is left to print) | ignored |
+//! - [`Stage::Starting`] (before sampling): the first signal cancels the run — set-up stops at [`begin_sampling`]
+//!   and nothing is kept; a second aborts at once, removing what set-up made.
+//! - [`Stage::Sampling`]: the first ends sampling and everything is still written; a second waits until perf.data
+//!   and `symbols/` are complete, then aborts.
+//! - [`Stage::Saving`] (perf.data and `symbols/` being completed): the first lets the outputs be finished; a second
+//!   aborts once they are complete.
+//! - [`Stage::Writing`] (the outputs): the first lets them be finished; a second aborts at once — the staging folder
+//!   goes and one line says what is left.
+//! - [`Stage::Done`]: only the summary is left to print; signals are ignored.
 //!
 //! The signal handler only notes the first signal and writes the signal's number as one byte to a pipe
 //! (async-signal-safe); a thread named `signals` reads the pipe and acts in plain Rust, one byte at a time. (Each
 //! byte names its own signal: two signals that wait while profcpu's threads are busy in the kernel run their
-//! handlers nested, the later one first.) An abort removes the folders registered with [`remove_on_abort`] while holding
-//! the state lock, so no such folder can be created between the removal and the exit.
+//! handlers nested, the later one first.) An abort removes the folders registered with [`remove_on_abort`] while
+//! holding the state lock, so no such folder can be created between the removal and the exit.
 //!
 //! Without [`install`] (library use, tests that call the stages directly) nothing is caught and every stage change
 //! is only bookkeeping.
@@ -21,7 +23,7 @@
 use signal_hook::consts::{SIGINT, SIGTERM};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
@@ -31,8 +33,8 @@ pub enum Stage {
     Starting,
     Sampling,
     Saving,
-    /// `left` completes "interrupted by SIGINT while …: " in the abort line: what the folder holds now and how to
-    /// make the rest.
+    /// `left` completes "interrupted by SIGINT: " in the abort line: what was not finished, what the folder holds
+    /// now and how to make the rest.
     Writing {
         left: String,
     },
@@ -75,6 +77,11 @@ static STATE: Mutex<State> =
 
 /// Written by the signal handler (so only an atomic): the first signal.
 static FIRST: AtomicI32 = AtomicI32::new(0);
+/// Read by the signal handler: sampling is over (the stage is Saving or later). The stage a signal came in can
+/// differ from the one the watcher finds (sampling stops as soon as the handler has run).
+static SAMPLING_OVER: AtomicBool = AtomicBool::new(false);
+/// Marks a byte of the pipe: the signal came after sampling.
+const AFTER_SAMPLING: u8 = 0x80;
 
 struct Pipes {
     /// The handler writes a byte per signal; the watcher thread reads them.
@@ -109,7 +116,8 @@ pub fn install() -> std::io::Result<()> {
         unsafe {
             signal_hook::low_level::register(sig, move || {
                 let _ = FIRST.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
-                let byte = sig as u8;
+                let after = if SAMPLING_OVER.load(Ordering::SeqCst) { AFTER_SAMPLING } else { 0 };
+                let byte = sig as u8 | after;
                 libc::write(signal_fd, (&byte as *const u8).cast(), 1);
             })
         }?;
@@ -136,14 +144,15 @@ fn watch(signal_read: OwnedFd) {
     loop {
         match nix::unistd::read(&signal_read, &mut byte) {
             Ok(0) => return,
-            Ok(_) => on_signal(byte[0].into()),
+            Ok(_) => on_signal((byte[0] & !AFTER_SAMPLING).into(), byte[0] & AFTER_SAMPLING != 0),
             Err(nix::errno::Errno::EINTR) => continue,
             Err(_) => return,
         }
     }
 }
 
-fn on_signal(sig: i32) {
+/// Acts on one signal; `after_sampling`: it came once sampling was over.
+fn on_signal(sig: i32, after_sampling: bool) {
     let mut state = lock();
     state.handled += 1;
     let first = state.handled == 1;
@@ -162,6 +171,8 @@ fn on_signal(sig: i32) {
             abort(state, sig, &line)
         }
         Stage::Sampling if first => {}
+        // It stopped sampling, which the summary line will say.
+        Stage::Saving | Stage::Writing { .. } if first && !after_sampling => {}
         Stage::Sampling | Stage::Saving if !first && state.abort_pending.is_none() => {
             state.abort_pending = Some(sig);
             eprintln!("profcpu: {name} again: stopping as soon as perf.data and symbols/ are complete");
@@ -173,7 +184,7 @@ fn on_signal(sig: i32) {
             eprintln!("profcpu: {name}: finishing the outputs (another signal stops at once)")
         }
         Stage::Writing { left } => {
-            let line = format!("profcpu: interrupted by {name} while writing the outputs: {left}");
+            let line = format!("profcpu: interrupted by {name}: {left}");
             abort(state, sig, &line)
         }
         _ => {}
@@ -237,6 +248,7 @@ pub fn begin_sampling() -> Result<(), Interrupted> {
         return Err(Interrupted { signal });
     }
     state.stage = Stage::Sampling;
+    SAMPLING_OVER.store(false, Ordering::SeqCst);
     state.remove_on_abort.clear();
     Ok(())
 }
@@ -251,6 +263,7 @@ pub fn set_stage(stage: Stage) {
         let line = format!("profcpu: interrupted by {}: {left}", signal_name(sig));
         abort(state, sig, &line)
     }
+    SAMPLING_OVER.store(!matches!(stage, Stage::Starting | Stage::Sampling), Ordering::SeqCst);
     state.stage = stage;
 }
 

@@ -192,8 +192,8 @@ fn a_second_signal_aborts_with_one_line_and_postprocess_makes_the_rest() {
         assert!(last.starts_with(&format!("profcpu: interrupted by {signal}")), "{}", run.stderr);
         let dir = run_folders(&base).into_iter().max().unwrap();
         let shown = dir.display().to_string();
-        assert!(last.contains(&format!("{shown} holds perf.data, symbols/ and metadata.txt")), "{last}");
-        assert!(last.contains(&format!("`profcpu postprocess -dir {shown}` makes them")), "{last}");
+        assert!(last.contains(&format!("{shown} holds perf.data, symbols/ and metadata.txt only")), "{last}");
+        assert!(last.contains(&format!("`profcpu postprocess -dir {shown}` makes the rest")), "{last}");
         let mut left: Vec<String> =
             std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         left.sort();
@@ -210,7 +210,7 @@ fn a_second_signal_aborts_with_one_line_and_postprocess_makes_the_rest() {
         let pp = pp.finish(Duration::from_secs(120));
         assert_eq!(pp.status.code(), Some(130), "{}", pp.stderr);
         let last = pp.stderr.lines().last().unwrap();
-        assert!(last.starts_with("profcpu: interrupted by SIGINT while writing the outputs: "), "{last}");
+        assert!(last.starts_with("profcpu: interrupted by SIGINT: the outputs in "), "{last}");
         assert!(last.contains(&format!("`profcpu postprocess -dir {shown}` again")), "{last}");
         assert!(staging_folders(&dir).is_empty());
         let pp = Background::start(&["postprocess", "-dir", &shown]);

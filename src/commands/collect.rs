@@ -104,7 +104,7 @@ fn after_recording(
     };
     crate::interrupt::set_stage(crate::interrupt::Stage::Writing {
         left: format!(
-            "{} holds {what} but no other output; `profcpu postprocess -dir {}` makes them",
+            "the outputs were not written: {} holds {what} only; `profcpu postprocess -dir {}` makes the rest",
             run_dir.display(),
             run_dir.display()
         ),

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 pub fn run(args: PostprocessArgs) -> Result<()> {
     // A first Ctrl+C lets the outputs be finished; a second one stops at once, saying this.
-    interrupt::set_stage(Stage::Writing { left: "nothing was written".into() });
+    interrupt::set_stage(Stage::Writing { left: "the archive was not extracted: nothing was written".into() });
     let dir = input_dir(&args.dir)?;
     interrupt::set_stage(Stage::Writing {
         left: format!(
