@@ -61,11 +61,11 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct CollectArgs {
     /// Process to sample (host PID, or the PID as seen from this container); all its threads, also later ones.
-    #[arg(long, value_name = "PID", default_value_t = 1, conflicts_with = "all", value_parser = parse_pid, allow_negative_numbers = true)]
+    #[arg(long, value_name = "PID", default_value_t = 1, conflicts_with_all = ["all", "command"], value_parser = parse_pid, allow_negative_numbers = true)]
     pub pid: u32,
 
     /// Sample every process on the machine (needs CAP_PERFMON/CAP_SYS_ADMIN or perf_event_paranoid <= 0).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "command")]
     pub all: bool,
 
     /// Seconds to sample (fractions allowed). Ctrl+C or SIGTERM stops early and still writes every output.
@@ -84,7 +84,8 @@ pub struct CollectArgs {
     #[arg(long, value_name = "EVENT", default_value = "cpu-clock", value_parser = event_parser())]
     pub event: EventKind,
 
-    /// Ring-buffer data pages per CPU (power of two). Default: as large as perf_event_mlock_kb allows, up to 512.
+    /// Ring-buffer data pages per CPU (power of two, 1 to 1024). Default: as large as perf_event_mlock_kb allows,
+    /// up to 512.
     #[arg(long, value_name = "PAGES", value_parser = parse_pages)]
     pub mmap_pages: Option<usize>,
 
@@ -166,10 +167,16 @@ fn parse_duration(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The largest `-mmap-pages`: 4 MiB per CPU with 4 KiB pages, more than a ring drained four times a second needs.
+pub const MAX_MMAP_PAGES: usize = 1024;
+
 fn parse_pages(s: &str) -> Result<usize, String> {
     match s.trim().parse::<usize>() {
-        Ok(n) if n.is_power_of_two() => Ok(n),
-        _ => Err("the page count must be a power of two (1, 2, 4, … 1024)".into()),
+        Ok(n) if n.is_power_of_two() && n <= MAX_MMAP_PAGES => Ok(n),
+        _ => Err(format!(
+            "the page count must be a power of two from 1 to {MAX_MMAP_PAGES} (1, 2, 4, … {MAX_MMAP_PAGES}): each \
+             CPU's ring buffer is locked memory, {MAX_MMAP_PAGES} pages are 4 MiB per CPU"
+        )),
     }
 }
 
@@ -266,7 +273,18 @@ mod tests {
 
     #[test]
     fn bad_values_are_rejected() {
-        for bad in [["-duration", "0"], ["-duration", "-5"], ["-duration", "abc"], ["-pid", "0"], ["-pid", "x"]] {
+        for bad in [
+            ["-duration", "0"],
+            ["-duration", "-5"],
+            ["-duration", "abc"],
+            ["-pid", "0"],
+            ["-pid", "x"],
+            ["-mmap-pages", "0"],
+            ["-mmap-pages", "3"],
+            ["-mmap-pages", "2048"],
+            ["-mmap-pages", "1073741824"],
+            ["-mmap-pages", "4611686018427387904"],
+        ] {
             assert!(parse_strs(&["profcpu", "collect", bad[0], bad[1]]).is_err(), "{bad:?} accepted");
         }
         let err = parse_strs(&["profcpu", "collect", "-nosuchflag"]).unwrap_err().to_string();

@@ -8,7 +8,9 @@
 pub mod archive;
 pub mod cli;
 pub mod commands;
+pub mod escape;
 pub mod fs;
+pub mod interrupt;
 pub mod perf_data;
 pub mod procfs;
 pub mod record;

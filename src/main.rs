@@ -1,6 +1,14 @@
 use std::process::ExitCode;
 
+use profcpu::escape;
+use profcpu::interrupt::{self, Interrupted, Stage};
+
 fn main() -> ExitCode {
+    // First of all: a Ctrl+C or SIGTERM at any moment must end in complete outputs or in nothing (see interrupt).
+    if let Err(e) = interrupt::install() {
+        eprintln!("profcpu: error: cannot catch SIGINT/SIGTERM ({e}); nothing was done");
+        return ExitCode::FAILURE;
+    }
     let cli = match profcpu::cli::parse(std::env::args_os()) {
         Ok(cli) => cli,
         Err(e) => return report_usage_error(e),
@@ -9,8 +17,20 @@ fn main() -> ExitCode {
     match profcpu::commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // One line: the whole context chain, outermost first.
-            eprintln!("profcpu: error: {e:#}");
+            // A signal during set-up makes whatever set-up was doing fail too (EINTR, a half-opened event): the
+            // signal is the story to tell.
+            let interrupted = e.downcast_ref::<Interrupted>().cloned().or_else(|| {
+                (interrupt::stage() == Stage::Starting).then(interrupt::received).flatten().map(|signal| {
+                    tracing::debug!("set-up ended with: {e:#}");
+                    Interrupted { signal }
+                })
+            });
+            if let Some(interrupted) = interrupted {
+                eprintln!("profcpu: {interrupted}");
+                return ExitCode::from(interrupted.exit_code());
+            }
+            // One line: the whole context chain, outermost first; what it quotes from the input is escaped.
+            eprintln!("profcpu: error: {}", escape::line(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
@@ -37,7 +57,7 @@ fn report_usage_error(e: clap::Error) -> ExitCode {
     } else if let Some(values) = indented.iter().find(|l| l.starts_with("[possible values:")) {
         first = format!("{first} {values}");
     }
-    eprintln!("profcpu: error: {first} (see 'profcpu --help')");
+    eprintln!("profcpu: error: {} (see 'profcpu --help')", escape::line(&first));
     ExitCode::from(2)
 }
 
@@ -86,7 +106,9 @@ where
         if self.target {
             write!(writer, "{}: ", meta.target())?;
         }
-        ctx.field_format().format_fields(writer.by_ref(), event)?;
-        writeln!(writer)
+        // Messages quote names and paths from the input: escaped, and kept on one line.
+        let mut message = String::new();
+        ctx.field_format().format_fields(tracing_subscriber::fmt::format::Writer::new(&mut message), event)?;
+        writeln!(writer, "{}", escape::line(&message))
     }
 }

@@ -141,17 +141,55 @@ fn unprivileged_pid_of_another_user_is_refused_naming_the_capabilities() {
 #[test]
 fn ring_buffers_shrink_when_locked_memory_runs_out() {
     let busy = busy_for_nobody();
-    // 4096 pages (16 MiB) per CPU is far more than perf_event_mlock_kb plus a 64 KiB RLIMIT_MEMLOCK allow.
+    // 1024 pages (4 MiB) per CPU is far more than perf_event_mlock_kb plus a 64 KiB RLIMIT_MEMLOCK allow.
     let (o, _) =
-        collect_as_nobody("ulimit -l 64;", &["-duration", "1", "-mmap-pages", "4096", "--", &busy, "--seconds", "3"]);
+        collect_as_nobody("ulimit -l 64;", &["-duration", "1", "-mmap-pages", "1024", "--", &busy, "--seconds", "3"]);
     let c = finish_collect(o);
     let notice = c
         .stderr
         .lines()
-        .find(|l| l.contains("ring buffers reduced from 4096 to "))
+        .find(|l| l.contains("ring buffers reduced from 1024 to "))
         .unwrap_or_else(|| panic!("{}", c.stderr));
     assert!(notice.contains("EPERM") || notice.contains("ENOMEM"), "{notice}");
     let rec = Recording::read(&c.perf_data());
     assert!(rec.samples().count() >= 20);
     assert!(rec.records.iter().any(|r| matches!(r, Record::Comm(c) if c.is_exec())));
+}
+
+/// A refusal's advice fits where profcpu runs. This machine kind is a VM whose root file system was built from a
+/// Docker image, so it carries a `/.dockerenv` although profcpu runs on the host there: the advice must be the
+/// host's (`setcap`), not `--cap-add`. The same refusal in a PID namespace of its own — what every container
+/// runtime makes — gives the container's.
+#[test]
+fn refusals_give_host_advice_on_a_host_and_container_advice_in_a_container() {
+    let own_pid_ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let root_is_overlay = std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|l| l.split(' ').nth(4) == Some("/") && l.contains(" - overlay "));
+    if own_pid_ns.to_str() == Some("pid:[4026531836]") && !root_is_overlay {
+        let busy = Busy::start(&["--seconds", "20"]);
+        let (o, _) = collect_as_nobody("", &["-pid", &busy.info.pid.to_string(), "-duration", "1"]);
+        let line = refusal(&o);
+        assert!(line.contains("sudo setcap") && !line.contains("--cap-add"), "{line}");
+    }
+
+    // A root-owned busy and profcpu as nobody, both in a new PID namespace with its own /proc.
+    let out = nobody_dir().join(format!("out-ns-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let script = format!(
+        "{busy} --seconds 20 >/dev/null & sleep 0.5; setpriv --reuid {NOBODY} --regid {NOBODY} --clear-groups \
+         --inh-caps=-all --bounding-set=-all {profcpu} collect -pid $! -duration 1 -output {out}; status=$?; \
+         kill $!; exit $status",
+        busy = busy_for_nobody(),
+        profcpu = nobody_dir().join("profcpu").display(),
+        out = out.display()
+    );
+    let o = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "sh", "-c", &script])
+        .output()
+        .expect("unshare (util-linux)");
+    let line = refusal(&o);
+    assert!(line.contains("--cap-add PERFMON") && !line.contains("setcap"), "{line}");
 }

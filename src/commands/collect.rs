@@ -104,13 +104,24 @@ fn after_recording(
     }
     let captured =
         run_dir.open_dir(SYMBOLS_DIR).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display()));
+    // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
+    // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
+    let metadata = metadata_of(summary, target);
+    run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
+    let what = if captured.is_ok() { "perf.data, symbols/ and metadata.txt" } else { "perf.data and metadata.txt" };
+    let shown = run_dir.path().display();
+    crate::interrupt::set_stage(crate::interrupt::Stage::Writing {
+        left: format!(
+            "the outputs were not written: {shown} holds {what} only; `profcpu postprocess -dir {shown}` makes the rest"
+        ),
+    });
     let result = pipeline::generate(OutputRequest {
         dir: run_dir,
         recording,
         symbolize: SymbolizeOptions { captured_dir: Some(captured?), live: false, ..SymbolizeOptions::default() },
         report: ReportOptions::default(),
         title: None,
-        metadata: MetadataSource::Given(Box::new(metadata_of(summary, target))),
+        metadata: MetadataSource::Given(Box::new(metadata)),
     })?;
     pipeline::print_summary(&result);
     Ok(())
@@ -156,7 +167,13 @@ impl RecordObserver for CollectObserver {
                 Err(e) => tracing::warn!("JIT names of the command will not be saved: {e:#}"),
             }
         }
-        eprintln!("{} into {}", describe_start(&self.target, target_pid, self.duration), self.run_dir.path().display());
+        let line = format!(
+            "{} into {}",
+            describe_start(&self.target, target_pid, self.duration),
+            self.run_dir.path().display()
+        );
+        // The target names itself (its comm): a terminal must not obey what it says.
+        eprintln!("{}", crate::escape::line(&line));
     }
     fn on_record(&mut self, record: &Record) {
         if let Some(c) = &mut self.capture {
@@ -242,7 +259,8 @@ fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(
     let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
     for n in 1..=MAX_RUN_DIR_SUFFIX {
         let name = if n == 1 { stem.clone() } else { format!("{stem}-{n}") };
-        match base_dir.create_dir(&name) {
+        // A second Ctrl+C during set-up removes the folder with whatever set-up has put in it.
+        match crate::interrupt::remove_on_abort(&base.join(&name), || base_dir.create_dir(&name)) {
             Ok(dir) => return Ok((base_dir, name, dir)),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(unusable(e)),

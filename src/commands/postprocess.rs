@@ -9,6 +9,7 @@ use super::pipeline::{self, MetadataSource, OutputRequest};
 use crate::archive;
 use crate::cli::PostprocessArgs;
 use crate::fs::{input, Dir, InputError, Kind, Limit};
+use crate::interrupt::{self, Stage};
 use crate::report::metadata_txt::Metadata;
 use crate::report::profile::ReportOptions;
 use crate::report::view::View;
@@ -18,7 +19,29 @@ use anyhow::{anyhow, bail, Context, Result};
 use std::path::Path;
 
 pub fn run(args: PostprocessArgs) -> Result<()> {
+    // A first Ctrl+C lets the outputs be finished; a second one stops at once, saying this.
+    interrupt::set_stage(Stage::Writing { left: "the archive was not extracted: nothing was written".into() });
     let dir = input_dir(&args.dir)?;
+    let extracted = dir.path() != args.dir.as_path();
+    interrupt::set_stage(Stage::Writing {
+        left: format!(
+            "the outputs in {shown} were not regenerated (perf_script.out may be missing); run `profcpu postprocess \
+             -dir {shown}` again",
+            shown = dir.path().display()
+        ),
+    });
+    let result = regenerate(args, &dir);
+    if result.is_err() && extracted {
+        // Extracted by this run, which failed: nothing in it is of use, and it may be large.
+        let _ = dir.remove_contents();
+        let _ = std::fs::remove_dir(dir.path());
+        return result.map_err(|e| anyhow!("{e:#} (the folder it was extracted into was removed)"));
+    }
+    result
+}
+
+/// Writes the outputs in `dir` (the input folder, or where the archive was extracted).
+fn regenerate(args: PostprocessArgs, dir: &Dir) -> Result<()> {
     let recording = match dir.open_input(pipeline::PERF_DATA_FILE, Limit::NONE) {
         Ok((file, _)) => file,
         Err(e) if e.error.is_not_found() => {
@@ -60,7 +83,7 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
     // A collection's metadata.txt says what the recorder knew (command line, namespace PID); for anything else,
     // perf.data itself is the truth (a metadata.txt there is only what an earlier postprocess derived from it).
     let metadata = if collected_by_profcpu {
-        match read_metadata(&dir) {
+        match read_metadata(dir) {
             Ok(m) => MetadataSource::Given(Box::new(m)),
             Err(e) => {
                 tracing::warn!("{e:#}: using what perf.data says about the recording instead");
@@ -72,7 +95,7 @@ pub fn run(args: PostprocessArgs) -> Result<()> {
     };
     let view = View { pid: args.pid, tid: args.tid, no_kernel: args.no_kernel, strip_tiers: args.strip_tiers };
     let summary = pipeline::generate(OutputRequest {
-        dir: &dir,
+        dir,
         recording,
         symbolize,
         report: ReportOptions { view, per_thread: args.per_thread, ..ReportOptions::default() },
@@ -116,7 +139,7 @@ fn input_dir(path: &Path) -> Result<Dir> {
     let parent = Dir::open(parent_path).with_context(|| format!("cannot open {}", parent_path.display()))?;
     let (dest_name, dest) = (1..1000)
         .map(|i| if i == 1 { stem.to_string() } else { format!("{stem}-{i}") })
-        .find_map(|name| match parent.create_dir(&name) {
+        .find_map(|name| match interrupt::remove_on_abort(&parent.shown(&name), || parent.create_dir(&name)) {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => None,
             made => Some(
                 made.map(|dir| (name.clone(), dir))
@@ -124,12 +147,13 @@ fn input_dir(path: &Path) -> Result<Dir> {
             ),
         })
         .with_context(|| format!("no free folder name for {stem} in {}", parent_path.display()))??;
-    if let Err(e) = archive::extract_into(&archive_file, &path.display().to_string(), dest.fd()) {
+    if let Err(e) = archive::extract_into(&archive_file, &path.display().to_string(), dest.fd(), dest.path()) {
         // The folder is ours and new: a refused or broken archive leaves nothing behind.
         let _ = dest.remove_contents();
         let _ = parent.remove_empty_dir(&dest_name, &dest);
         return Err(e);
     }
-    eprintln!("profcpu: extracted {} into {}", path.display(), dest.path().display());
+    let line = format!("profcpu: extracted {} into {}", path.display(), dest.path().display());
+    eprintln!("{}", crate::escape::line(&line));
     Ok(dest)
 }

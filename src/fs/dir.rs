@@ -250,9 +250,14 @@ impl SetAside {
 }
 
 impl Staging {
-    /// `.profcpu-staging-<pid>` in `parent` (one left by an earlier process with this PID is removed first).
+    /// The staging folder's name: `.profcpu-staging-<pid>`.
+    pub fn name() -> String {
+        format!(".profcpu-staging-{}", std::process::id())
+    }
+
+    /// [`Staging::name`] in `parent` (one left by an earlier process with this PID is removed first).
     pub fn create(parent: &Dir) -> Result<Staging> {
-        let name = format!(".profcpu-staging-{}", std::process::id());
+        let name = Staging::name();
         parent
             .remove_tree(&name)
             .with_context(|| format!("cannot remove the stale {}", parent.shown(&name).display()))?;

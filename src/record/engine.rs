@@ -6,10 +6,10 @@ use super::events::{self, EventSpec};
 use super::explain::{self, OpenTarget};
 use super::progress::Progress;
 use super::ring::{self, RingBuffer};
-use super::stop::StopSignals;
 use super::target::{self, ExitWatch, LaunchedCommand};
 use super::{header_features, synthesize};
 use super::{EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
+use crate::interrupt;
 use crate::perf_data::abi::{RECORD_FORK, RECORD_SAMPLE};
 use crate::perf_data::{Attr, EventDesc, PerfDataWriter, Record, SampleFormat};
 use anyhow::{bail, Context, Result};
@@ -95,7 +95,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         kernel: true,
         inherit: !matches!(opts.target, Target::All),
         enable_on_exec: matches!(opts.target, Target::Command(_)),
-        wakeup_bytes: (data_pages * ring::page_size() / 2) as u32,
+        wakeup_bytes: (data_pages.saturating_mul(ring::page_size()) / 2).min(u32::MAX as usize) as u32,
     };
     let max_cpu = cpus.iter().max().copied().unwrap_or(0) as usize;
     let mut session = Session {
@@ -122,9 +122,6 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         kernel_text: synthesize::kernel_text(),
         observer,
     };
-    // Installed before anything is opened so a Ctrl+C during set-up still ends in a finished file.
-    let stop = StopSignals::install()?;
-
     let mut launched = None;
     let (target_pid, target_cmdline, exit_watch) = match &opts.target {
         Target::Pid(pid) => {
@@ -154,6 +151,8 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         }
     };
     session.report_ring_size();
+    // A signal during set-up cancels the run: nothing has been shown as sampled yet, so nothing is kept.
+    interrupt::begin_sampling()?;
     session.observer.on_start(target_pid);
 
     let started = session.sampling_since.unwrap_or_else(Instant::now);
@@ -161,8 +160,8 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
     let progress = Progress::new(opts.progress, opts.duration);
     let mut next_tick = started + TICK;
     let end_reason = loop {
-        if let Some(sig) = stop.received() {
-            break EndReason::Signal(sig.to_string());
+        if let Some(sig) = interrupt::received() {
+            break EndReason::Signal(interrupt::signal_name(sig).to_string());
         }
         let now = Instant::now();
         if deadline.is_some_and(|d| now >= d) {
@@ -188,6 +187,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         }
     };
     let elapsed = started.elapsed();
+    interrupt::set_stage(interrupt::Stage::Saving);
 
     // Stop the kernel first so the last drain gets everything and nothing more comes.
     session.disable_all();
@@ -198,7 +198,6 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         cmd.terminate(COMMAND_GRACE);
     }
     progress.finish();
-    drop(stop);
     session.finish(opts, start_time, elapsed, end_reason, target_pid, target_cmdline)
 }
 
@@ -453,6 +452,9 @@ impl Session<'_> {
             .collect();
         let owners = fds.len();
         if let Some(fd) = exit_watch.and_then(ExitWatch::fd) {
+            fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        }
+        if let Some(fd) = interrupt::stop_fd() {
             fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
         }
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;

@@ -17,27 +17,14 @@ const CAP_PERFMON: u32 = 38;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Environment {
     Host,
+    /// Docker, podman, containerd, LXC, or another sandbox with its own namespaces.
     Docker,
     Kubernetes,
 }
 
-/// Where profcpu runs, judged from the usual marks a container runtime leaves.
+/// Where profcpu runs (see [`super::environment`] for how that is judged).
 pub fn environment() -> Environment {
-    if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
-        || std::path::Path::new("/var/run/secrets/kubernetes.io").exists()
-    {
-        return Environment::Kubernetes;
-    }
-    let cgroup = crate::procfs::read_setting("/proc/1/cgroup").unwrap_or_default();
-    if std::path::Path::new("/.dockerenv").exists()
-        || std::path::Path::new("/run/.containerenv").exists()
-        || cgroup.contains("docker")
-        || cgroup.contains("containerd")
-        || cgroup.contains("libpod")
-    {
-        return Environment::Docker;
-    }
-    Environment::Host
+    super::environment::detect()
 }
 
 fn max_sample_rate() -> Option<u64> {
@@ -105,8 +92,8 @@ fn seccomp_fix(env: Environment) -> &'static str {
         Environment::Kubernetes => "set `securityContext.seccompProfile.type: Unconfined` on the container",
         Environment::Docker => "start the container with `--security-opt seccomp=unconfined`",
         Environment::Host => {
-            "run profcpu outside the sandbox, or with `--security-opt seccomp=unconfined` (Docker) / \
-             `seccompProfile: Unconfined` (Kubernetes)"
+            "run profcpu without that seccomp filter (e.g. outside a service whose `SystemCallFilter=` or sandbox \
+             blocks perf_event_open)"
         }
     }
 }

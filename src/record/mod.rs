@@ -5,12 +5,12 @@ mod buildid;
 pub mod dotnet_ipc;
 mod dsos;
 mod engine;
+mod environment;
 mod events;
 mod explain;
 mod header_features;
 mod progress;
 pub mod ring;
-mod stop;
 pub mod synthesize;
 pub mod target;
 

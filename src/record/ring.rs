@@ -53,7 +53,14 @@ impl RingBuffer {
     /// Maps `data_pages` (a power of two) data pages plus the metadata page for the event `fd`.
     pub fn map(fd: BorrowedFd, data_pages: usize) -> io::Result<Self> {
         let page = page_size();
-        let map_len = (data_pages + 1) * page;
+        // A size that wraps around would map a ring the kernel never writes into (silently recording nothing).
+        let map_len = data_pages
+            .checked_add(1)
+            .and_then(|pages| pages.checked_mul(page))
+            .filter(|_| data_pages.is_power_of_two())
+            .ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, format!("{data_pages} is not a usable ring size in pages"))
+            })?;
         // SAFETY: a fresh shared mapping of a perf event fd; the kernel validates the length. Writable so that
         // updating `data_tail` keeps the kernel from overwriting records we have not read yet.
         let ptr = unsafe {
@@ -74,7 +81,11 @@ impl RingBuffer {
         // SAFETY: the metadata page is mapped and the kernel filled data_offset/data_size (0 before Linux 4.1).
         let (off, size) = unsafe { ((*meta).data_offset as usize, (*meta).data_size as usize) };
         let (data_offset, data_size) =
-            if off != 0 && size != 0 && off + size <= map_len { (off, size) } else { (page, data_pages * page) };
+            if off != 0 && size != 0 && off.checked_add(size).is_some_and(|end| end <= map_len) {
+                (off, size)
+            } else {
+                (page, data_pages * page)
+            };
         // SAFETY: as above; nothing has been read yet, so the tail is whatever the kernel initialised (0).
         let tail = unsafe { (*meta).data_tail };
         Ok(RingBuffer { base, map_len, data_offset, data_size, tail })

@@ -179,7 +179,7 @@ impl Processes {
             return None;
         }
         let id = FileId {
-            path: Arc::from(m.filename.as_str()),
+            path: super::name_limit::cap_arc(&m.filename),
             maj: m.maj,
             min: m.min,
             ino: m.ino,
@@ -198,7 +198,7 @@ impl Processes {
     }
 
     pub fn on_comm(&mut self, c: &Comm) {
-        self.comms.insert(c.tid, Arc::from(c.comm.as_str()));
+        self.comms.insert(c.tid, super::name_limit::cap_arc(&c.comm));
         if c.is_exec() {
             // The new program starts with a fresh address space; its mappings follow as MMAP records.
             let space = self.new_space();

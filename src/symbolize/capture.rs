@@ -324,7 +324,7 @@ impl Capture {
 
     fn warn(&mut self, msg: String) {
         if self.warned.insert(msg.clone()) {
-            tracing::warn!("{msg}");
+            super::sources::log_once(&msg);
             self.warnings.push(msg);
         }
     }

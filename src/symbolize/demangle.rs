@@ -47,6 +47,10 @@ pub struct LazyName {
 
 impl LazyName {
     pub fn mangled(raw: &str) -> LazyName {
+        if raw.len() > MAX_MANGLED_LEN {
+            // Never demangled; only what is shown of it is kept.
+            return LazyName::plain(super::name_limit::cap_arc(raw));
+        }
         LazyName { raw: raw.into(), shown: OnceLock::new() }
     }
 
@@ -56,7 +60,9 @@ impl LazyName {
     }
 
     pub fn get(&self) -> Arc<str> {
-        self.shown.get_or_init(|| demangle(&self.raw).map(Arc::from).unwrap_or_else(|| Arc::from(&*self.raw))).clone()
+        // A demangled name can be longer than the mangled one (templates spelled out).
+        let shown = || super::name_limit::cap_arc(&demangle(&self.raw).unwrap_or_else(|| self.raw.to_string()));
+        self.shown.get_or_init(shown).clone()
     }
 }
 

@@ -266,7 +266,7 @@ fn parse_load(body: &Reader) -> Option<Event> {
     if name.is_empty() {
         return None;
     }
-    Some(Event::Load { start, size, name: Arc::from(name) })
+    Some(Event::Load { start, size, name: super::name_limit::cap_arc(name) })
 }
 
 /// Writes jitdump files; used by tests to build inputs (the format is simple enough that a writer is the clearest

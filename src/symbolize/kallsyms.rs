@@ -46,11 +46,11 @@ impl KernelSymbols {
             }
             let module = match fields.next() {
                 Some(m) if m.starts_with('[') && m.ends_with(']') => {
-                    modules.entry(m).or_insert_with(|| Arc::from(m)).clone()
+                    modules.entry(m).or_insert_with(|| super::name_limit::cap_arc(m)).clone()
                 }
                 _ => kernel.clone(),
             };
-            entries.push((addr, KernelSymbol { name: Arc::from(name), module }));
+            entries.push((addr, KernelSymbol { name: super::name_limit::cap_arc(name), module }));
         }
         let hidden = listed > 0 && !any_nonzero;
         // Aliases share a start address (`_stext`/`_text`): keep the first listed.

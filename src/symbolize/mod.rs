@@ -13,6 +13,7 @@ mod elf;
 mod jit_files;
 mod jitdump;
 mod kallsyms;
+mod name_limit;
 mod options;
 mod perf_map;
 mod proc_info;

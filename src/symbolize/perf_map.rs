@@ -3,6 +3,7 @@
 //! code is generated, so a later line wins where ranges overlap. Input comes from a process we do not trust: bad
 //! lines are skipped and counted, never fatal.
 
+use super::name_limit;
 use super::ranges::{LaterWinsBuilder, RangeTable};
 use std::sync::Arc;
 
@@ -25,7 +26,7 @@ impl PerfMap {
             }
             lines += 1;
             match parse_line(line) {
-                Some((start, end, name)) => builder.insert(start, end, Arc::from(name)),
+                Some((start, end, name)) => builder.insert(start, end, name_limit::cap_arc(name)),
                 None => bad_lines += 1,
             }
         }

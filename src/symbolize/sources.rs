@@ -30,9 +30,20 @@ pub struct Warnings {
 impl Warnings {
     pub fn warn(&mut self, msg: String) {
         if self.seen.insert(msg.clone()) {
-            tracing::warn!("{msg}");
+            log_once(&msg);
             self.list.push(msg);
         }
+    }
+}
+
+/// Logs a warning unless this process logged the same one before. `collect` names the samples twice — the
+/// capture's live pass finds which symbols to save, the outputs' pass names from that copy — and both meet the
+/// same perf maps and jitdumps: the user hears of a problem with one once.
+pub fn log_once(msg: &str) {
+    static LOGGED: std::sync::Mutex<Option<HashSet<String>>> = std::sync::Mutex::new(None);
+    let mut logged = LOGGED.lock().unwrap_or_else(|e| e.into_inner());
+    if logged.get_or_insert_with(HashSet::new).insert(msg.to_string()) {
+        tracing::warn!("{msg}");
     }
 }
 

@@ -208,7 +208,7 @@ impl Symbolizer {
         for w in reader.warnings() {
             self.warn(format!("perf.data: {w}"));
         }
-        let event_names: Vec<Arc<str>> = reader.events().iter().map(|e| Arc::from(e.name.as_str())).collect();
+        let event_names: Vec<Arc<str>> = reader.events().iter().map(|e| super::name_limit::cap_arc(&e.name)).collect();
         // (time, what): samples by their offset in the data section (decoded again when replayed), other records
         // by their index in `records`.
         let mut timeline: Vec<(u64, Replay)> = Vec::new();

@@ -17,6 +17,7 @@
 use super::address_space::FileId;
 use super::demangle::LazyName;
 use super::kallsyms::{KernelSymbol, KernelSymbols};
+use super::name_limit;
 use super::perf_map::{parse_hex, parse_line};
 use super::ranges::{Range, RangeTable};
 use crate::fs::{Dir, Limit};
@@ -138,7 +139,7 @@ impl CapturedDir {
         let text = read_text(&self.dir, symfile)?.with_context(|| format!("{symfile} is missing"))?;
         let ranges = content_lines(&text)
             .filter_map(parse_line)
-            .map(|(start, end, name)| Range { start, end, value: Arc::new(LazyName::plain(Arc::from(name))) })
+            .map(|(start, end, name)| Range { start, end, value: Arc::new(LazyName::plain(name_limit::cap_arc(name))) })
             .collect();
         Ok(RangeTable::from_unsorted(ranges))
     }
@@ -154,11 +155,11 @@ impl CapturedDir {
                 let size = parse_hex(f.next()?)?;
                 let module = f.next()?;
                 let name = f.next()?.trim();
-                let module = modules.entry(module.to_string()).or_insert_with(|| Arc::from(module)).clone();
+                let module = modules.entry(module.to_string()).or_insert_with(|| name_limit::cap_arc(module)).clone();
                 Some(Range {
                     start,
                     end: start.checked_add(size)?,
-                    value: KernelSymbol { name: Arc::from(name), module },
+                    value: KernelSymbol { name: name_limit::cap_arc(name), module },
                 })
             })
             .collect();
@@ -200,7 +201,7 @@ fn parse_dso_line(line: &str) -> Option<CapturedDso> {
         min: min.parse().ok()?,
         ino: ino.parse().ok()?,
         build_id: if build_id == "-" { None } else { Some(unhex(build_id)?) },
-        path: unescape_path(path),
+        path: name_limit::cap_string(unescape_path(path)),
     })
 }
 

@@ -88,10 +88,19 @@ impl Busy {
     }
 }
 
+impl Busy {
+    /// The perf map a busy started with `--jit-map-lines` wrote.
+    pub fn perf_map(&self) -> PathBuf {
+        PathBuf::from(format!("/tmp/perf-{}.map", self.info.pid))
+    }
+}
+
 impl Drop for Busy {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Like a JIT killed with SIGKILL, busy leaves its perf map behind (those of 1.5M lines are 50 MB).
+        let _ = std::fs::remove_file(self.perf_map());
     }
 }
 

@@ -179,3 +179,97 @@ pub fn process_alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// A `profcpu` run in the background whose stderr is read line by line as it comes, so that a test can signal it
+/// at a chosen moment (after a given line, or a given time after the start).
+pub struct Background {
+    pub child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    stderr: Vec<String>,
+    stdout: std::thread::JoinHandle<String>,
+}
+
+/// How a background run ended.
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Background {
+    /// Starts `profcpu ARGS`.
+    pub fn start(args: &[&str]) -> Background {
+        Self::spawn(args, false)
+    }
+
+    /// Starts `profcpu ARGS` with SIGINT and SIGTERM blocked; profcpu unblocks them once its handlers are in place,
+    /// first thing in `main`. So a signal sent right after the start waits for profcpu's first instruction instead
+    /// of hitting the dynamic loader before it (which no program can handle).
+    pub fn start_with_signals_held(args: &[&str]) -> Background {
+        Self::spawn(args, true)
+    }
+
+    fn spawn(args: &[&str], hold_signals: bool) -> Background {
+        use std::io::{BufRead, Read};
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(PROFCPU);
+        cmd.args(args).stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        if hold_signals {
+            // SAFETY: sigemptyset/sigaddset/sigprocmask are async-signal-safe and touch only a local set.
+            unsafe {
+                cmd.pre_exec(|| {
+                    let mut set: libc::sigset_t = std::mem::zeroed();
+                    libc::sigemptyset(&mut set);
+                    libc::sigaddset(&mut set, libc::SIGINT);
+                    libc::sigaddset(&mut set, libc::SIGTERM);
+                    libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+                    Ok(())
+                });
+            }
+        }
+        let mut child = cmd.spawn().expect("cannot start profcpu");
+        let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let mut stdout = child.stdout.take().unwrap();
+        let stdout = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stdout.read_to_string(&mut text);
+            text
+        });
+        Background { child, lines, stderr: Vec::new(), stdout }
+    }
+
+    /// Sends `signal` (SIGINT, SIGTERM) to profcpu.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: signalling our own child, not yet reaped.
+        unsafe { libc::kill(self.child.id() as i32, signal) };
+    }
+
+    /// Waits up to `limit` for a stderr line that passes `wanted`; false if profcpu ended or time ran out first.
+    pub fn wait_for_line(&mut self, wanted: impl Fn(&str) -> bool, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        while let Ok(line) = self.lines.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            let found = wanted(&line);
+            self.stderr.push(line);
+            if found {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Waits for the end (failing the test after `limit`) and returns what profcpu said.
+    pub fn finish(mut self, limit: Duration) -> Finished {
+        let status = wait_with_timeout(&mut self.child, limit);
+        self.stderr.extend(self.lines.iter());
+        let stdout = self.stdout.join().unwrap_or_default();
+        let stderr = self.stderr.join("\n");
+        assert!(!stderr.contains("panicked"), "profcpu panicked:\n{stderr}");
+        Finished { status, stdout, stderr }
+    }
+}

@@ -92,7 +92,8 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     }
     let mut symbolizer = Symbolizer::new(&req.symbolize)?;
 
-    let staging = Staging::create(dir)?;
+    // An abort (a second Ctrl+C while the outputs are written) removes it, so no half-made outputs stay behind.
+    let staging = crate::interrupt::remove_on_abort(&dir.shown(Staging::name()), || Staging::create(dir))?;
     let script_path = staging.dir().shown(report::PERF_SCRIPT_FILE);
     let script_file = staging
         .dir()
@@ -209,7 +210,8 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let mut files: Vec<PathBuf> = vec![report::PERF_SCRIPT_FILE.into()];
     files.extend(small.iter().map(|(name, _)| name.clone()));
     files.push(report::ARCHIVE_FILE.into());
-    staging.publish(&files)?;
+    // All outputs are replaced or none (an abort waits for this).
+    crate::interrupt::publish(|| staging.publish(&files))?;
     if !files.iter().any(|f| f.as_os_str() == report::FLAMEGRAPH_FILE) {
         // A graph from an earlier run would contradict the new folded stacks.
         remove_stale(dir, report::FLAMEGRAPH_FILE)?;
@@ -446,5 +448,6 @@ pub fn open_recording(dir: &Dir) -> Result<File> {
 
 /// Prints the hottest frames (to stderr: stdout is kept for the output folder's path, for scripts).
 pub fn print_summary(summary: &OutputSummary) {
-    eprintln!("{}", summary.top);
+    // Frame names come from the target's perf maps and files: escaped so a terminal shows them, not obeys them.
+    eprintln!("{}", crate::escape::lines(&summary.top.to_string()));
 }

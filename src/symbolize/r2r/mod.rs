@@ -318,9 +318,10 @@ impl R2rImage {
                 .get(start as usize..(start as usize).checked_add(len as usize).unwrap_or(0))
                 .and_then(|sig| self.instance_method_name(sig)),
         };
-        named.unwrap_or_else(|| {
+        let name = named.unwrap_or_else(|| {
             format!("[{}] ?method@{:#x}", self.assembly, self.functions[method.entry as usize].start)
-        })
+        });
+        super::name_limit::cap_string(name)
     }
 
     /// Names an InstanceMethodEntryPoints signature (readytorun-format.md "Method signatures"): flags, optional

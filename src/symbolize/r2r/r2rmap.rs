@@ -52,7 +52,9 @@ impl R2rMap {
             }
             let end = rva.checked_add(size).filter(|&e| e <= u32::MAX as u64 && size > 0);
             match end {
-                Some(end) if !name.is_empty() => ranges.push((rva as u32, end as u32, line_no, name.into())),
+                Some(end) if !name.is_empty() => {
+                    ranges.push((rva as u32, end as u32, line_no, super::super::name_limit::cap(name).into()))
+                }
                 _ => map.bad_lines += 1,
             }
         }
