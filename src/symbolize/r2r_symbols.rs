@@ -69,11 +69,15 @@ pub fn looks_like_pe(file: &File) -> bool {
 }
 
 impl R2rSymbols {
-    /// Reads and parses the image in `file` (mapped by the target at `path`). `sibling(name, limit)` reads a file
-    /// of that plain name from the image's folder, as the target sees it: referenced assemblies (whose types
+    /// Reads and parses the image in `file`, whose name in its folder is `file_name`. `sibling(name, limit)` reads
+    /// a file of that plain name from the image's folder, as the target sees it: referenced assemblies (whose types
     /// complete generic instantiation names) and the `.r2rmap`. The error is a phrase for the log: an IL-only
     /// assembly, a composite component, not a PE file, too large.
-    pub fn load(mut file: File, sibling: &mut dyn FnMut(&str, Limit) -> Option<Vec<u8>>) -> Result<R2rSymbols, String> {
+    pub fn load(
+        mut file: File,
+        file_name: &str,
+        sibling: &mut dyn FnMut(&str, Limit) -> Option<Vec<u8>>,
+    ) -> Result<R2rSymbols, String> {
         let size = input::check(&file, MAX_IMAGE_LEN).map_err(|e| e.explain(std::path::Path::new("the image")))?;
         let bytes = input::read_all(&mut file, size, MAX_IMAGE_LEN).map_err(|e| e.to_string())?;
         let mut image = R2rImage::parse(&bytes).map_err(|e| format!("{e:#}"))?;
@@ -83,7 +87,7 @@ impl R2rSymbols {
                 tracing::debug!("{name}.dll beside {}: {e:#}", image.assembly_name());
             }
         }
-        let map = find_r2rmap(&bytes, &image, sibling);
+        let map = find_r2rmap(&bytes, &image, file_name, sibling);
         Ok(R2rSymbols::Image { image: Box::new(image), map })
     }
 
@@ -144,35 +148,36 @@ fn image_lookup(image: &R2rImage, map: Option<&R2rMap>, offset: u64) -> FileHit 
 }
 
 /// The image's `.r2rmap`, when one lies beside it and belongs to it: the name its PE debug directory gives,
-/// `<name>.ni.r2rmap` (crossgen2's `--perfmap` output), or `<file>.r2rmap`. An image that records its map's
-/// signature only takes a map with the same signature.
+/// `<name>.ni.r2rmap` (crossgen2's `--perfmap` output: `System.Private.CoreLib.ni.r2rmap`), or `<file>.r2rmap`.
+/// An image that records its map's signature (.NET 6+) only takes a map with the same signature.
 fn find_r2rmap(
     bytes: &[u8],
     image: &R2rImage,
+    file_name: &str,
     sibling: &mut dyn FnMut(&str, Limit) -> Option<Vec<u8>>,
 ) -> Option<R2rMap> {
     let recorded = perf_map_entry(bytes, image);
-    let assembly = image.assembly_name();
+    let stem = file_name.strip_suffix(".dll").unwrap_or(file_name);
     let mut names: Vec<String> = Vec::new();
     if let Some((_, name)) = &recorded {
         names.push(name.clone());
     }
-    if !assembly.is_empty() {
-        names.push(format!("{assembly}.ni.r2rmap"));
-        names.push(format!("{assembly}.dll.r2rmap"));
+    for name in [format!("{stem}.ni.r2rmap"), format!("{file_name}.r2rmap")] {
+        if !names.contains(&name) {
+            names.push(name);
+        }
     }
-    names.dedup();
     for name in names {
         let Some(text) = sibling(&name, MAX_R2RMAP_LEN) else { continue };
         let map = R2rMap::parse(&text);
         if let Some((signature, _)) = &recorded {
             let theirs = map.header.iter().find(|(rva, _)| *rva == 0xFFFF_FFFF).map(|(_, v)| v.as_str());
             if theirs.and_then(unhex).as_deref() != Some(&signature[..]) {
-                tracing::info!("{name} beside {assembly}.dll is not its perf map (another signature): not used");
+                tracing::info!("{name} beside {file_name} is not its perf map (another signature): not used");
                 continue;
             }
         }
-        tracing::debug!("{name}: {} ranges for {assembly}", map.len());
+        tracing::debug!("{name}: {} ranges for {file_name}", map.len());
         return Some(map);
     }
     None
@@ -241,13 +246,75 @@ mod tests {
         assert_eq!(unhex("abc"), None);
     }
 
+    /// .NET 8's CoreLib, from the runtime the tests use (`$PROFCPU_DOTNET_DIR` or scripts/dotnet-runtime.sh).
+    fn dotnet8_corelib() -> Vec<u8> {
+        let dir = match std::env::var_os("PROFCPU_DOTNET_DIR").filter(|d| !d.is_empty()) {
+            Some(dir) => std::path::PathBuf::from(dir),
+            None => {
+                let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/dotnet-runtime.sh");
+                let out = std::process::Command::new("bash").args([script, "8"]).output().unwrap();
+                assert!(out.status.success(), "{script} 8 failed: {}", String::from_utf8_lossy(&out.stderr));
+                std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+            }
+        };
+        let path = dir.join("shared/Microsoft.NETCore.App/8.0.4/System.Private.CoreLib.dll");
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// The map crossgen2 would write for CoreLib: found by the name the image records, taken only with the
+    /// image's signature, and naming code no method claims.
+    #[test]
+    fn an_r2rmap_beside_the_image_is_used_only_with_its_signature() {
+        let bytes = dotnet8_corelib();
+        let image = R2rImage::parse(&bytes).unwrap();
+        let (signature, recorded) = perf_map_entry(&bytes, &image).expect("CoreLib 8 records its perf map");
+        assert_eq!(recorded, "System.Private.CoreLib.ni.r2rmap");
+        // An RVA of the code section that no runtime function covers (R2R headers and tables live there too).
+        let text = image.sections()[0];
+        let unclaimed = (text.rva..text.rva + text.file_size)
+            .step_by(16)
+            .find(|&rva| image.function_start(rva).is_none())
+            .expect("no unclaimed RVA");
+        let signature_hex: String = signature.iter().map(|b| format!("{b:02X}")).collect();
+        let map_text = |signature: &str| {
+            format!("FFFFFFFF 00 {signature}\nFFFFFFFE 00 1\n{unclaimed:08X} 10 [S.P.CoreLib]Unclaimed.Stub()\n")
+        };
+        let (good, bad) = (map_text(&signature_hex), map_text("00112233445566778899AABBCCDDEEFF"));
+        let mut asked = Vec::new();
+        let map = find_r2rmap(&bytes, &image, "System.Private.CoreLib.dll", &mut |name, _| {
+            asked.push(name.to_string());
+            (name == recorded).then(|| good.clone().into_bytes())
+        });
+        assert_eq!(asked, ["System.Private.CoreLib.ni.r2rmap"]);
+        let map = map.expect("the right map is used");
+        let offset = (unclaimed - text.rva + text.file_offset) as u64 + 4;
+        let FileHit::Symbol { start, end, name } = image_lookup(&image, Some(&map), offset) else {
+            panic!("the map does not name {unclaimed:#x}")
+        };
+        assert_eq!((start, end, &*name), (offset - 4, offset - 4 + 0x10, "[S.P.CoreLib]Unclaimed.Stub()"));
+        assert_eq!(image_lookup(&image, None, offset), FileHit::Nothing);
+        // Claimed code keeps the decoder's name, spelled as the runtime spells it.
+        let method = image.methods().next().unwrap();
+        let method_offset = (method.start - text.rva + text.file_offset) as u64;
+        let FileHit::Symbol { name, .. } = image_lookup(&image, Some(&map), method_offset) else { panic!() };
+        assert_eq!(&*name, method.name);
+
+        let mut asked = Vec::new();
+        let wrong = find_r2rmap(&bytes, &image, "System.Private.CoreLib.dll", &mut |name, _| {
+            asked.push(name.to_string());
+            Some(bad.clone().into_bytes())
+        });
+        assert!(wrong.is_none(), "a map with another signature was used");
+        assert_eq!(asked.len(), 2, "{asked:?}");
+    }
+
     #[test]
     fn non_pe_input_is_refused_with_a_reason() {
         let path = std::env::temp_dir().join(format!("profcpu-r2r-symbols-{}", std::process::id()));
         std::fs::write(&path, b"MZ but nothing more").unwrap();
         let file = File::open(&path).unwrap();
         assert!(looks_like_pe(&file));
-        let err = R2rSymbols::load(file, &mut |_, _| None).err().unwrap();
+        let err = R2rSymbols::load(file, "x.dll", &mut |_, _| None).err().unwrap();
         assert!(!err.is_empty());
         std::fs::write(&path, b"\x7fELF").unwrap();
         assert!(!looks_like_pe(&File::open(&path).unwrap()));

@@ -180,13 +180,15 @@ impl Sources {
         if let Some(d) = self.dsos.get(&m.file) {
             return d.clone();
         }
+        let started = std::time::Instant::now();
         let loaded = Arc::new(self.load_dso(pid, m, processes));
+        let took = started.elapsed();
         match &*loaded {
             DsoSymbols::Opaque { reason } => tracing::debug!("{}: no symbols ({reason})", m.file.path),
             DsoSymbols::Elf { table, origin, .. } => {
-                tracing::debug!("{}: {} symbols from {origin:?}", m.file.path, table.len())
+                tracing::debug!("{}: {} symbols from {origin:?} in {took:.1?}", m.file.path, table.len())
             }
-            DsoSymbols::R2r(r2r) => tracing::debug!("{}: {r2r:?}", m.file.path),
+            DsoSymbols::R2r(r2r) => tracing::debug!("{}: {r2r:?} in {took:.1?}", m.file.path),
         }
         self.dsos.insert(m.file.clone(), loaded.clone());
         loaded
@@ -252,7 +254,8 @@ impl Sources {
                 let in_container = root.is_some();
                 let mut sibling =
                     |name: &str, limit: Limit| read_sibling(siblings_root.as_ref()?, &path, name, limit, in_container);
-                match R2rSymbols::load(f, &mut sibling) {
+                let file_name = path.rsplit('/').next().unwrap_or(&path);
+                match R2rSymbols::load(f, file_name, &mut sibling) {
                     Ok(r2r) => DsoSymbols::R2r(r2r),
                     Err(reason) => DsoSymbols::Opaque { reason },
                 }
