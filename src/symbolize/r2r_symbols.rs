@@ -24,8 +24,9 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-/// Larger files are not read: CoreLib is ~13 MB, a composite image of the whole framework a few hundred.
-pub const MAX_IMAGE_LEN: Limit = Limit { bytes: 1 << 30 };
+/// Larger files are not read (the whole file is read into memory): CoreLib is ~13 MB, a composite image of the
+/// whole framework and ASP.NET under 200 MB.
+pub const MAX_IMAGE_LEN: Limit = Limit { bytes: 512 << 20 };
 /// An `.r2rmap` has one short line per method: tens of MB even for a composite framework image.
 pub const MAX_R2RMAP_LEN: Limit = Limit { bytes: 256 << 20 };
 
@@ -171,8 +172,7 @@ fn find_r2rmap(
         let Some(text) = sibling(&name, MAX_R2RMAP_LEN) else { continue };
         let map = R2rMap::parse(&text);
         if let Some((signature, _)) = &recorded {
-            let theirs = map.header.iter().find(|(rva, _)| *rva == 0xFFFF_FFFF).map(|(_, v)| v.as_str());
-            if theirs.and_then(unhex).as_deref() != Some(&signature[..]) {
+            if map.output_guid().and_then(unhex).as_deref() != Some(&signature[..]) {
                 tracing::info!("{name} beside {file_name} is not its perf map (another signature): not used");
                 continue;
             }

@@ -1,6 +1,7 @@
 //! The engine: replays a recording's records in time order, keeps every process's address space current, and
 //! names each sample's frames from the right source (see [`sources`](super::sources)) — kallsyms for kernel
-//! frames; jitdump, then perf map for JIT code; the mapped file's ELF symbols for native code.
+//! frames; jitdump, then perf map for JIT code; the mapped file's symbols for code in files (ELF symbols, a
+//! ReadyToRun image's methods; unnamed code grouped by function, see [`dso`](super::dso)).
 
 use super::address_space::{FileId, MapKind, Mapping, Processes};
 use super::dso::FileHit;

@@ -7,7 +7,7 @@
 //! | `processes.txt`   | `HOSTPID NSPID UID` per captured process                                          |
 //! | `perf-HOSTPID.map`| byte copy of the process's perf map (`/tmp/perf-NSPID.map` in its namespace)      |
 //! | `jit-HOSTPID.dump`| byte copy of the jitdump the process mapped                                       |
-//! | `dsos.txt`        | `SYMFILE MAJ:MIN:INO BUILDID PATH` per mapped file with samples; `SYMFILE` is `-` for a file without symbols (not ELF, unreadable), `BUILDID` is hex or `-`, `PATH` (as the target saw it) runs to the end of the line with `%`, CR and LF percent-escaped |
+//! | `dsos.txt`        | `SYMFILE MAJ:MIN:INO BUILDID PATH` per mapped file with samples; `SYMFILE` is `-` for a file without symbols (neither ELF nor ReadyToRun, unreadable), `BUILDID` is hex or `-`, `PATH` (as the target saw it) runs to the end of the line with `%`, CR and LF percent-escaped |
 //! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled; `OFFSET SIZE` alone is a function without a name (from `.eh_frame`), shown as one frame |
 //! | `r2r-N.syms`      | the same for a ReadyToRun image: `.NET` method names as the runtime spells them, `OFFSET SIZE` alone for an unnamed code block; its frames are managed code |
 //! | `kernel.syms`     | `START SIZE MODULE NAME` per kernel symbol; a line `# hidden` when kallsyms was hidden |
