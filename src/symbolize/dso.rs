@@ -1,5 +1,5 @@
-//! The symbols of one mapped file: its `.symtab`; else a verified split debug file's; else its `.dynsym`; code no
-//! symbol covers is grouped by the function bounds of its `.eh_frame` ([`FunctionBounds`]). A ReadyToRun `.dll`
+//! The symbols of one mapped file: its `.symtab`; else a verified split debug file's; else its `.dynsym`, and then
+//! the code no exported symbol covers is grouped by the function bounds of its `.eh_frame` ([`FunctionBounds`]). A ReadyToRun `.dll`
 //! is named by its own metadata ([`R2rSymbols`]). Any other file (an IL-only assembly, a data file) is "opaque": its
 //! frames keep module and offset.
 
@@ -98,23 +98,29 @@ pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Opti
             };
         }
     }
-    let functions = FunctionBounds::of_elf(file, data, &info.loads);
     if info.has_symtab_functions {
         let table = elf::function_symbols(data, SymbolSource::Symtab, &info.loads).unwrap_or_default();
-        return DsoSymbols::Elf { table, origin: Origin::Symtab, functions };
+        return DsoSymbols::Elf { table, origin: Origin::Symtab, functions: FunctionBounds::none() };
     }
     let mut report = SearchReport::default();
     if let Some(found) = debug_search::find_debug_file(path, &info, roots, &mut report) {
         let t = elf::function_symbols(found.data.bytes(), SymbolSource::Symtab, &info.loads).unwrap_or_default();
         if !t.is_empty() {
             tracing::debug!("{path}: symbols from {}", found.found_at.display());
-            return DsoSymbols::Elf { table: t, origin: Origin::DebugFile(found.found_at), functions };
+            return DsoSymbols::Elf {
+                table: t,
+                origin: Origin::DebugFile(found.found_at),
+                functions: FunctionBounds::none(),
+            };
         }
     }
     for why in &report.rejected {
         tracing::info!("{path}: debug file candidate rejected: {why}");
     }
     let table = elf::function_symbols(data, SymbolSource::Dynsym, &info.loads).unwrap_or_default();
+    // A stripped file: its exported symbols name little of its code, the rest is grouped by function (the file
+    // stays open until that is first needed; with a full symbol table it hardly ever is, so it is not kept).
+    let functions = FunctionBounds::of_elf(file, data, &info.loads);
     DsoSymbols::Elf { table, origin: Origin::Dynsym, functions }
 }
 
