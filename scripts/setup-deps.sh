@@ -29,7 +29,7 @@ requirements=(
     "mono-mcs:mcs"
     "wrk:wrk"
     "chromium:chromium"
-    "binutils:objcopy,strip"
+    "binutils:objcopy,strip,readelf"
     "gcc:gcc"
     # libc.a and the C start files: tests compile C programs, one of them static (gcc only recommends it).
     "libc6-dev:"

@@ -106,7 +106,7 @@ impl Viewer {
 }
 
 /// Tier tags the .NET runtime appends to perf-map names (`PerfMapShowOptimizationTiers`, on by default).
-const TIERS: [&str; 8] = [
+const TIERS: [&str; 9] = [
     "QuickJitted",
     "Optimized",
     "OptimizedTier1",
@@ -114,6 +114,8 @@ const TIERS: [&str; 8] = [
     "MinOptJitted",
     "ReadyToRun",
     "PreJIT",
+    // The cold part of a precompiled (ReadyToRun) method split by hot/cold splitting (.NET 8+).
+    "PreJit-cold",
     "Unknown",
 ];
 

@@ -1,20 +1,70 @@
-//! The symbols of one mapped file: its `.symtab`; else a verified split debug file's; else its `.dynsym`. A file
-//! that is not ELF (a ReadyToRun `.dll`, a data file) is "opaque": its frames keep module and offset.
+//! The symbols of one mapped file: its `.symtab`; else a verified split debug file's; else its `.dynsym`, and then
+//! the code no exported symbol covers is grouped by the function bounds of its `.eh_frame` ([`FunctionBounds`]). A ReadyToRun `.dll`
+//! is named by its own metadata ([`R2rSymbols`]). Any other file (an IL-only assembly, a data file) is "opaque": its
+//! frames keep module and offset.
 
 use super::debug_search::{self, SearchReport, SearchRoots};
 use super::demangle::LazyName;
 use super::elf::{self, ElfImage, SymbolSource};
+use super::function_bounds::FunctionBounds;
+use super::r2r_symbols::R2rSymbols;
 use super::ranges::RangeTable;
+use super::FrameKind;
 use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 #[derive(Debug)]
 pub enum DsoSymbols {
-    /// Function symbols keyed by file offset.
-    Elf { table: RangeTable<Arc<LazyName>>, origin: Origin },
+    /// Function symbols keyed by file offset, and where the functions no symbol names begin and end.
+    Elf { table: RangeTable<Arc<LazyName>>, origin: Origin, functions: FunctionBounds },
+    /// A ReadyToRun image (precompiled .NET code).
+    R2r(R2rSymbols),
     /// Not ELF, or unusable: `reason` says why (for the log).
     Opaque { reason: String },
+}
+
+/// What names one file offset of a mapped file. Ranges are file offsets, `[start, end)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FileHit {
+    /// A named symbol or method.
+    Symbol {
+        start: u64,
+        end: u64,
+        name: Arc<str>,
+    },
+    /// An unnamed function (one frame for all its addresses).
+    Function {
+        start: u64,
+        end: u64,
+    },
+    Nothing,
+}
+
+impl DsoSymbols {
+    /// What names the code at `offset` in the file.
+    pub fn lookup(&self, offset: u64) -> FileHit {
+        match self {
+            DsoSymbols::Elf { table, functions, .. } => match table.lookup(offset) {
+                Some(r) => FileHit::Symbol { start: r.start, end: r.end, name: r.value.get() },
+                None => match functions.lookup(offset) {
+                    Some((start, end)) => FileHit::Function { start, end },
+                    None => FileHit::Nothing,
+                },
+            },
+            DsoSymbols::R2r(r2r) => r2r.lookup(offset),
+            DsoSymbols::Opaque { .. } => FileHit::Nothing,
+        }
+    }
+
+    /// The kind of the file's frames: precompiled .NET code is managed code like JIT output (and coloured so).
+    pub fn frame_kind(&self) -> FrameKind {
+        match self {
+            DsoSymbols::Elf { .. } => FrameKind::Native,
+            DsoSymbols::R2r(_) => FrameKind::Jit,
+            DsoSymbols::Opaque { .. } => FrameKind::Unknown,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,21 +100,28 @@ pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Opti
     }
     if info.has_symtab_functions {
         let table = elf::function_symbols(data, SymbolSource::Symtab, &info.loads).unwrap_or_default();
-        return DsoSymbols::Elf { table, origin: Origin::Symtab };
+        return DsoSymbols::Elf { table, origin: Origin::Symtab, functions: FunctionBounds::none() };
     }
     let mut report = SearchReport::default();
     if let Some(found) = debug_search::find_debug_file(path, &info, roots, &mut report) {
         let t = elf::function_symbols(found.data.bytes(), SymbolSource::Symtab, &info.loads).unwrap_or_default();
         if !t.is_empty() {
             tracing::debug!("{path}: symbols from {}", found.found_at.display());
-            return DsoSymbols::Elf { table: t, origin: Origin::DebugFile(found.found_at) };
+            return DsoSymbols::Elf {
+                table: t,
+                origin: Origin::DebugFile(found.found_at),
+                functions: FunctionBounds::none(),
+            };
         }
     }
     for why in &report.rejected {
         tracing::info!("{path}: debug file candidate rejected: {why}");
     }
     let table = elf::function_symbols(data, SymbolSource::Dynsym, &info.loads).unwrap_or_default();
-    DsoSymbols::Elf { table, origin: Origin::Dynsym }
+    // A stripped file: its exported symbols name little of its code, the rest is grouped by function (the file
+    // stays open until that is first needed; with a full symbol table it hardly ever is, so it is not kept).
+    let functions = FunctionBounds::of_elf(file, data, &info.loads);
+    DsoSymbols::Elf { table, origin: Origin::Dynsym, functions }
 }
 
 /// The vDSO mapped into this process: the image every process gets from the running kernel, so it names the
@@ -83,7 +140,7 @@ pub fn own_vdso() -> DsoSymbols {
     };
     let source = if info.has_symtab_functions { SymbolSource::Symtab } else { SymbolSource::Dynsym };
     let table = elf::function_symbols(image, source, &info.loads).unwrap_or_default();
-    DsoSymbols::Elf { table, origin: Origin::Vdso }
+    DsoSymbols::Elf { table, origin: Origin::Vdso, functions: FunctionBounds::none() }
 }
 
 #[cfg(test)]

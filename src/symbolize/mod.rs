@@ -1,5 +1,8 @@
-//! Turns sampled addresses into frame names: JIT perf maps and jitdump, ELF symbols (with split debug files), kernel
-//! symbols; across container namespaces. Works from recorded data so `postprocess` can use it offline.
+//! Turns sampled addresses into frame names: JIT perf maps and jitdump, ELF symbols (with split debug files), .NET
+//! ReadyToRun images (precompiled framework and app code, named from the image's metadata), kernel symbols; across
+//! container namespaces. Code nothing names is shown one frame per function where its bounds are known (an ELF
+//! file's `.eh_frame`, a ReadyToRun image's code blocks). Works from recorded data so `postprocess` can use it
+//! offline.
 //!
 //! Entry points: [`Symbolizer`] (names a recording's samples one by one, in time order), [`Capture`] (saves
 //! what naming needs while the target lives, for offline use through [`SymbolizeOptions::offline`]).
@@ -10,6 +13,7 @@ mod debug_search;
 mod demangle;
 mod dso;
 mod elf;
+mod function_bounds;
 mod jit_files;
 mod jitdump;
 mod kallsyms;
@@ -18,6 +22,7 @@ mod options;
 mod perf_map;
 mod proc_info;
 mod r2r;
+mod r2r_symbols;
 #[cfg(test)]
 mod random_inputs;
 mod ranges;
@@ -49,9 +54,10 @@ pub enum FrameKind {
     Kernel,
     /// Machine code from an ELF file (executable or shared library).
     Native,
-    /// Code generated at run time and named by a perf map or jitdump (.NET, Node.js, …).
+    /// Managed code: generated at run time and named by a perf map or jitdump (.NET, Node.js, …), or precompiled
+    /// into a .NET ReadyToRun image (named from the image's own metadata).
     Jit,
-    /// Code from a file profcpu cannot name into (e.g. ReadyToRun images) or from no mapping at all.
+    /// Code from a file profcpu cannot name into (not ELF, not ReadyToRun) or from no mapping at all.
     Unknown,
 }
 
@@ -61,7 +67,9 @@ pub struct Frame {
     pub addr: u64,
     /// Symbol name, or `None` when only the module is known.
     pub symbol: Option<Arc<str>>,
-    /// Offset of `addr` from the symbol's start (or from the module's start when the symbol is unknown).
+    /// Offset of `addr` from the symbol's start. Without a symbol: the offset in the module of the start of the
+    /// function holding `addr` when its bounds are known (every address of an unnamed function shows the same
+    /// offset, so it is one frame), else of `addr` itself.
     pub offset: u64,
     /// Module path or name as perf prints it (`/usr/lib/libc.so.6`, `[kernel.kallsyms]`, `[unknown]`,
     /// `/tmp/perf-1.map`).

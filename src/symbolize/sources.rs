@@ -5,12 +5,14 @@
 use super::address_space::{FileId, MapKind, Mapping, Processes};
 use super::debug_search::SearchRoots;
 use super::dso::{self, DsoSymbols};
+use super::function_bounds::FunctionBounds;
 use super::jit_files;
 use super::jitdump::JitDump;
 use super::kallsyms::{KernelSymbols, KERNEL_MODULE};
 use super::options::SymbolizeOptions;
 use super::perf_map::PerfMap;
 use super::proc_info::ProcessInfo;
+use super::r2r_symbols::{self, R2rSymbols};
 use super::symbols_dir::CapturedDir;
 use crate::fs::{input, Last, Limit, Root};
 use anyhow::Result;
@@ -189,12 +191,15 @@ impl Sources {
         if let Some(d) = self.dsos.get(&m.file) {
             return d.clone();
         }
+        let started = std::time::Instant::now();
         let loaded = Arc::new(self.load_dso(pid, m, processes));
+        let took = started.elapsed();
         match &*loaded {
             DsoSymbols::Opaque { reason } => tracing::debug!("{}: no symbols ({reason})", m.file.path),
-            DsoSymbols::Elf { table, origin } => {
-                tracing::debug!("{}: {} symbols from {origin:?}", m.file.path, table.len())
+            DsoSymbols::Elf { table, origin, .. } => {
+                tracing::debug!("{}: {} symbols from {origin:?} in {took:.1?}", m.file.path, table.len())
             }
+            DsoSymbols::R2r(r2r) => tracing::debug!("{}: {r2r:?} in {took:.1?}", m.file.path),
         }
         self.dsos.insert(m.file.clone(), loaded.clone());
         loaded
@@ -206,7 +211,14 @@ impl Sources {
             if let Some(entry) = c.find_dso(&m.file) {
                 return match &entry.symfile {
                     Some(name) => match c.load_dso_table(name) {
-                        Ok(table) => DsoSymbols::Elf { table, origin: dso::Origin::Captured },
+                        Ok(t) if t.managed => {
+                            DsoSymbols::R2r(R2rSymbols::Captured { names: t.names, functions: t.functions })
+                        }
+                        Ok(t) => DsoSymbols::Elf {
+                            table: t.names,
+                            origin: dso::Origin::Captured,
+                            functions: FunctionBounds::known(t.functions),
+                        },
                         Err(e) => DsoSymbols::Opaque { reason: format!("captured table unreadable: {e:#}") },
                     },
                     None => DsoSymbols::Opaque { reason: "captured without symbols".into() },
@@ -234,11 +246,31 @@ impl Sources {
             _ => None,
         };
         let roots = SearchRoots { target_root: root.clone(), host: true, extra: self.opts.debug_roots.clone() };
-        let file = match self.preopened.remove(&*m.file) {
+        let preopened = self.preopened.remove(&*m.file);
+        let opened_early = preopened.is_some();
+        let file = match preopened {
             Some(f) => Ok(f),
             None => open_mapped_file(pid, m, info.is_some(), root.as_ref()),
         };
         match file {
+            Ok(f) if r2r_symbols::looks_like_pe(&f) => {
+                // Files beside a ReadyToRun image are read as the image was: through a live target's root; from
+                // the host only when the image itself was (never a container's path on the host).
+                let siblings_root = match (&info, &root) {
+                    (Some(_), Some(root)) => Some(root.clone()),
+                    (Some(_), None) => Root::host().ok(),
+                    (None, _) if !opened_early => Root::host().ok(),
+                    (None, _) => None,
+                };
+                let in_container = root.is_some();
+                let mut sibling =
+                    |name: &str, limit: Limit| read_sibling(siblings_root.as_ref()?, &path, name, limit, in_container);
+                let file_name = path.rsplit('/').next().unwrap_or(&path);
+                match R2rSymbols::load(f, file_name, &mut sibling) {
+                    Ok(r2r) => DsoSymbols::R2r(r2r),
+                    Err(reason) => DsoSymbols::Opaque { reason },
+                }
+            }
             Ok(f) => dso::load(f, &path, &roots, expected.as_deref()),
             Err(e) => {
                 self.warnings
@@ -316,6 +348,20 @@ impl Sources {
         let running = crate::procfs::read_setting("/proc/sys/kernel/osrelease").unwrap_or_default();
         self.recorded_release.as_deref().map_or(true, |r| r.trim() == running.trim())
     }
+}
+
+/// Reads the file `name` in the folder of `image_path` (a path as the target sees it) through `root`, if it is a
+/// regular file within `limit`; `None` when it is not there or refused.
+fn read_sibling(root: &Root, image_path: &str, name: &str, limit: Limit, in_container: bool) -> Option<Vec<u8>> {
+    if name.contains('/') || name.starts_with('.') {
+        return None;
+    }
+    let path = Path::new(image_path).parent()?.join(name);
+    // In a container's root a symlink is resolved inside it; on the host none is followed (as for mapped files).
+    let last = if in_container { Last::Follow } else { Last::NoFollow };
+    let mut file = root.open_file(&path, last).ok()?;
+    let size = input::check(&file, limit).ok()?;
+    input::read_all(&mut file, size, limit).ok()
 }
 
 /// Opens the file behind a mapping: through the target's root while it runs (via `/proc/PID/map_files` when the

@@ -1,9 +1,10 @@
 //! The engine: replays a recording's records in time order, keeps every process's address space current, and
 //! names each sample's frames from the right source (see [`sources`](super::sources)) — kallsyms for kernel
-//! frames; jitdump, then perf map for JIT code; the mapped file's ELF symbols for native code.
+//! frames; jitdump, then perf map for JIT code; the mapped file's symbols for code in files (ELF symbols, a
+//! ReadyToRun image's methods; unnamed code grouped by function, see [`dso`](super::dso)).
 
 use super::address_space::{FileId, MapKind, Mapping, Processes};
-use super::dso::DsoSymbols;
+use super::dso::FileHit;
 use super::kallsyms::KERNEL_MODULE;
 use super::options::SymbolizeOptions;
 use super::sources::Sources;
@@ -46,6 +47,9 @@ struct RangeName {
     base: u64,
     module: Arc<str>,
     kind: FrameKind,
+    /// For code of an unnamed function: the offset every address of it shows, the function's start in the module
+    /// (so the whole function is one frame, `module+0x<start>`).
+    unnamed_function: Option<u64>,
 }
 
 impl RangeName {
@@ -53,7 +57,7 @@ impl RangeName {
         Frame {
             addr,
             symbol: self.symbol.clone(),
-            offset: addr.wrapping_sub(self.base),
+            offset: self.unnamed_function.unwrap_or_else(|| addr.wrapping_sub(self.base)),
             module: self.module.clone(),
             kind: self.kind,
         }
@@ -402,7 +406,13 @@ impl Symbolizer {
     }
 
     fn kernel_name(&mut self, addr: u64) -> RangeName {
-        let unnamed = RangeName { symbol: None, base: 0, module: self.kernel_module.clone(), kind: FrameKind::Kernel };
+        let unnamed = RangeName {
+            symbol: None,
+            base: 0,
+            module: self.kernel_module.clone(),
+            kind: FrameKind::Kernel,
+            unnamed_function: None,
+        };
         let Some(k) = self.sources.kernel() else { return unnamed };
         if k.hidden {
             if let Some(u) = &mut self.usage {
@@ -419,6 +429,7 @@ impl Symbolizer {
             base: r.start,
             module: r.value.module.clone(),
             kind: FrameKind::Kernel,
+            unnamed_function: None,
         }
     }
 
@@ -430,6 +441,7 @@ impl Symbolizer {
                 base: 0,
                 module: self.unknown_module.clone(),
                 kind: FrameKind::Unknown,
+                unnamed_function: None,
             });
         };
         let module_base = m.start.wrapping_sub(m.pgoff);
@@ -440,36 +452,26 @@ impl Symbolizer {
                 base: module_base,
                 module,
                 kind: FrameKind::Jit,
+                unnamed_function: None,
             }),
             MapKind::File | MapKind::Vdso => {
                 let dso = self.sources.dso(pid, m, &self.processes);
-                let usage = self.usage.as_mut().map(|u| u.dsos.entry(m.file.clone()).or_default());
-                match &*dso {
-                    DsoSymbols::Elf { table, .. } => {
-                        let usage = usage.map(|u| u.get_or_insert_with(Default::default));
-                        match table.lookup(m.file_offset(lookup)) {
-                            Some(r) => {
-                                let name = r.value.get();
-                                if let Some(u) = usage {
-                                    u.insert(r.start, (r.end, name.clone()));
-                                }
-                                RangeName {
-                                    symbol: Some(name),
-                                    base: module_base.wrapping_add(r.start),
-                                    module,
-                                    kind: FrameKind::Native,
-                                }
-                            }
-                            None => RangeName { symbol: None, base: module_base, module, kind: FrameKind::Native },
-                        }
+                let hit = dso.lookup(m.file_offset(lookup));
+                if let Some(u) = &mut self.usage {
+                    u.note_file(&m.file, &dso, &hit);
+                }
+                let kind = dso.frame_kind();
+                let unnamed = RangeName { symbol: None, base: module_base, module, kind, unnamed_function: None };
+                match hit {
+                    FileHit::Symbol { start, name, .. } => {
+                        RangeName { symbol: Some(name), base: module_base.wrapping_add(start), ..unnamed }
                     }
-                    DsoSymbols::Opaque { .. } => {
-                        RangeName { symbol: None, base: module_base, module, kind: FrameKind::Unknown }
-                    }
+                    FileHit::Function { start, .. } => RangeName { unnamed_function: Some(start), ..unnamed },
+                    FileHit::Nothing => unnamed,
                 }
             }
             MapKind::Special | MapKind::JitDumpFile => {
-                RangeName { symbol: None, base: module_base, module, kind: FrameKind::Unknown }
+                RangeName { symbol: None, base: module_base, module, kind: FrameKind::Unknown, unnamed_function: None }
             }
         }
     }
@@ -478,7 +480,13 @@ impl Symbolizer {
         let loaded = self.sources.perf_map(pid, &self.processes)?;
         let (module, map) = &*loaded;
         let r = map.symbols.lookup(addr)?;
-        Some(RangeName { symbol: Some(r.value.clone()), base: r.start, module: module.clone(), kind: FrameKind::Jit })
+        Some(RangeName {
+            symbol: Some(r.value.clone()),
+            base: r.start,
+            module: module.clone(),
+            kind: FrameKind::Jit,
+            unnamed_function: None,
+        })
     }
 
     fn jitdump_name(&mut self, pid: u32, addr: u64, time: u64, steady: &mut Range<u64>) -> Option<RangeName> {
@@ -492,6 +500,7 @@ impl Symbolizer {
             base: code.start,
             module: module.clone(),
             kind: FrameKind::Jit,
+            unnamed_function: None,
         })
     }
 

@@ -7,8 +7,9 @@
 //! | `processes.txt`   | `HOSTPID NSPID UID` per captured process                                          |
 //! | `perf-HOSTPID.map`| byte copy of the process's perf map (`/tmp/perf-NSPID.map` in its namespace)      |
 //! | `jit-HOSTPID.dump`| byte copy of the jitdump the process mapped                                       |
-//! | `dsos.txt`        | `SYMFILE MAJ:MIN:INO BUILDID PATH` per mapped file with samples; `SYMFILE` is `-` for a file without symbols (not ELF, unreadable), `BUILDID` is hex or `-`, `PATH` (as the target saw it) runs to the end of the line with `%`, CR and LF percent-escaped |
-//! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled |
+//! | `dsos.txt`        | `SYMFILE MAJ:MIN:INO BUILDID PATH` per mapped file with samples; `SYMFILE` is `-` for a file without symbols (neither ELF nor ReadyToRun, unreadable), `BUILDID` is hex or `-`, `PATH` (as the target saw it) runs to the end of the line with `%`, CR and LF percent-escaped |
+//! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled; `OFFSET SIZE` alone is a function without a name (from `.eh_frame`), shown as one frame |
+//! | `r2r-N.syms`      | the same for a ReadyToRun image: `.NET` method names as the runtime spells them, `OFFSET SIZE` alone for an unnamed code block; its frames are managed code |
 //! | `kernel.syms`     | `START SIZE MODULE NAME` per kernel symbol; a line `# hidden` when kallsyms was hidden |
 //!
 //! Only the symbols that samples hit are saved: exact for this recording and tiny (a few KB instead of a
@@ -16,6 +17,7 @@
 
 use super::address_space::FileId;
 use super::demangle::LazyName;
+use super::dso::{DsoSymbols, FileHit};
 use super::kallsyms::{KernelSymbol, KernelSymbols};
 use super::name_limit;
 use super::perf_map::{parse_hex, parse_line};
@@ -36,6 +38,9 @@ pub fn perf_map_name(pid: u32) -> String {
 pub fn jitdump_name(pid: u32) -> String {
     format!("jit-{pid}.dump")
 }
+
+/// Prefix of the symbol file of a ReadyToRun image (its frames are managed code; ELF ones are `dso-N.syms`).
+const MANAGED_PREFIX: &str = "r2r-";
 
 fn escape_path(p: &str) -> String {
     p.replace('%', "%25").replace('\n', "%0A").replace('\r', "%0D")
@@ -131,17 +136,25 @@ impl CapturedDir {
             .or_else(|| if same_path().count() == 1 { same_path().next() } else { None })
     }
 
-    pub fn load_dso_table(&self, symfile: &str) -> Result<RangeTable<Arc<LazyName>>> {
+    pub fn load_dso_table(&self, symfile: &str) -> Result<CapturedTable> {
         // Only names this directory's own index gave; never a path out of it.
         if symfile.contains('/') || symfile.starts_with('.') {
             anyhow::bail!("bad symbol file name {symfile:?} in {DSOS_FILE}");
         }
         let text = read_text(&self.dir, symfile)?.with_context(|| format!("{symfile} is missing"))?;
-        let ranges = content_lines(&text)
-            .filter_map(parse_line)
-            .map(|(start, end, name)| Range { start, end, value: Arc::new(LazyName::plain(name_limit::cap_arc(name))) })
-            .collect();
-        Ok(RangeTable::from_unsorted(ranges))
+        let (mut names, mut functions) = (Vec::new(), Vec::new());
+        for line in content_lines(&text) {
+            if let Some((start, end, name)) = parse_line(line) {
+                names.push(Range { start, end, value: Arc::new(LazyName::plain(name_limit::cap_arc(name))) });
+            } else if let Some((start, end)) = parse_unnamed_line(line) {
+                functions.push(Range { start, end, value: () });
+            }
+        }
+        Ok(CapturedTable {
+            names: RangeTable::from_unsorted(names),
+            functions: RangeTable::from_unsorted(functions),
+            managed: symfile.starts_with(MANAGED_PREFIX),
+        })
     }
 
     pub fn load_kernel(&self) -> Result<Option<KernelSymbols>> {
@@ -188,6 +201,24 @@ impl CapturedDir {
     }
 }
 
+/// A saved symbol table: named ranges, unnamed functions, and whether the file is a ReadyToRun image.
+#[derive(Debug)]
+pub struct CapturedTable {
+    pub names: RangeTable<Arc<LazyName>>,
+    pub functions: RangeTable<()>,
+    pub managed: bool,
+}
+
+/// `OFFSET SIZE` with nothing after it: an unnamed function.
+fn parse_unnamed_line(line: &str) -> Option<(u64, u64)> {
+    let mut fields = line.split_ascii_whitespace();
+    let (start, size) = (parse_hex(fields.next()?)?, parse_hex(fields.next()?)?);
+    if fields.next().is_some() || size == 0 {
+        return None;
+    }
+    Some((start, start.checked_add(size)?))
+}
+
 fn parse_dso_line(line: &str) -> Option<CapturedDso> {
     let mut f = line.splitn(4, ' ');
     let symfile = f.next()?;
@@ -205,16 +236,45 @@ fn parse_dso_line(line: &str) -> Option<CapturedDso> {
     })
 }
 
-/// Symbols that were hit, by start: `(end, name)`.
-pub type HitSymbols = BTreeMap<u64, (u64, Arc<str>)>;
+/// Ranges of one file that were hit, by start (file offsets): `(end, name)`, no name for an unnamed function.
+pub type HitRanges = BTreeMap<u64, (u64, Option<Arc<str>>)>;
+
+/// What a run used of one mapped file.
+#[derive(Debug, Default)]
+pub struct HitFile {
+    /// A ReadyToRun image (managed code), not an ELF file.
+    pub managed: bool,
+    pub ranges: HitRanges,
+}
 
 /// What a symbolization run used, so a capture can save exactly that.
 #[derive(Debug, Default)]
 pub struct Usage {
-    /// Per mapped file with samples: `None` when it has no symbol table, else the symbols hit (file offsets).
-    pub dsos: HashMap<Arc<FileId>, Option<HitSymbols>>,
+    /// Per mapped file with samples: `None` when nothing names its code, else the ranges hit.
+    pub dsos: HashMap<Arc<FileId>, Option<HitFile>>,
     pub kernel: BTreeMap<u64, (u64, Arc<str>, Arc<str>)>,
     pub kernel_hidden: bool,
+}
+
+impl Usage {
+    /// Notes what named an address of `file` (from `dso`).
+    pub fn note_file(&mut self, file: &Arc<FileId>, dso: &DsoSymbols, hit: &FileHit) {
+        let entry = self.dsos.entry(file.clone()).or_default();
+        if matches!(dso, DsoSymbols::Opaque { .. }) {
+            return;
+        }
+        let used =
+            entry.get_or_insert_with(|| HitFile { managed: matches!(dso, DsoSymbols::R2r(_)), ..Default::default() });
+        match hit {
+            FileHit::Symbol { start, end, name } => {
+                used.ranges.insert(*start, (*end, Some(name.clone())));
+            }
+            FileHit::Function { start, end } => {
+                used.ranges.insert(*start, (*end, None));
+            }
+            FileHit::Nothing => {}
+        }
+    }
 }
 
 /// Writes `processes.txt`.
@@ -232,13 +292,16 @@ pub fn write_usage(dir: &Dir, usage: &Usage) -> Result<u64> {
     let mut index = String::from("# profcpu captured files: SYMFILE MAJ:MIN:INO BUILDID PATH\n");
     let mut dsos: Vec<_> = usage.dsos.iter().collect();
     dsos.sort_by(|a, b| a.0.path.cmp(&b.0.path).then(a.0.ino.cmp(&b.0.ino)));
-    for (n, (id, symbols)) in dsos.into_iter().enumerate() {
-        let symfile = match symbols {
-            Some(symbols) => {
-                let name = format!("dso-{n}.syms");
+    for (n, (id, used)) in dsos.into_iter().enumerate() {
+        let symfile = match used {
+            Some(used) => {
+                let name = if used.managed { format!("{MANAGED_PREFIX}{n}.syms") } else { format!("dso-{n}.syms") };
                 let mut text = format!("# {}: FILEOFFSET SIZE NAME\n", one_line(&id.path));
-                for (start, (end, sym)) in symbols {
-                    text.push_str(&format!("{start:x} {:x} {}\n", end - start, one_line(sym)));
+                for (start, (end, sym)) in &used.ranges {
+                    match sym {
+                        Some(sym) => text.push_str(&format!("{start:x} {:x} {}\n", end - start, one_line(sym))),
+                        None => text.push_str(&format!("{start:x} {:x}\n", end - start)),
+                    }
                 }
                 written += text.len() as u64;
                 dir.write_file(&name, text.as_bytes())?;
@@ -287,19 +350,26 @@ mod tests {
             ino: 1234,
             build_id: Some(Arc::from(&[0xde, 0xad, 0xbe, 0xef][..])),
         });
-        let opaque = Arc::new(FileId {
+        let opaque =
+            Arc::new(FileId { path: Arc::from("/app/System.Runtime.dll"), maj: 8, min: 1, ino: 9, build_id: None });
+        let r2r = Arc::new(FileId {
             path: Arc::from("/app/System.Private.CoreLib.dll"),
             maj: 8,
             min: 1,
-            ino: 9,
+            ino: 10,
             build_id: None,
         });
         let mut usage = Usage::default();
         let mut syms = BTreeMap::new();
-        syms.insert(0x1000, (0x1080, Arc::from("WKS::gc_heap::mark_object_simple")));
-        syms.insert(0x2000, (0x2010, Arc::from("name with spaces")));
-        usage.dsos.insert(id.clone(), Some(syms));
+        syms.insert(0x1000, (0x1080, Some(Arc::from("WKS::gc_heap::mark_object_simple"))));
+        syms.insert(0x2000, (0x2010, Some(Arc::from("name with spaces"))));
+        syms.insert(0x3000, (0x3100, None));
+        usage.dsos.insert(id.clone(), Some(HitFile { managed: false, ranges: syms }));
         usage.dsos.insert(opaque.clone(), None);
+        let mut methods = BTreeMap::new();
+        methods.insert(0x5000, (0x5040, Some(Arc::from("int32 [System.Private.CoreLib] X::Y()[PreJIT]"))));
+        methods.insert(0x6000, (0x6010, None));
+        usage.dsos.insert(r2r.clone(), Some(HitFile { managed: true, ranges: methods }));
         usage.kernel.insert(
             0xffffffff81000000,
             (0xffffffff81000100, Arc::from("do_syscall_64"), Arc::from("[kernel.kallsyms]")),
@@ -316,10 +386,23 @@ mod tests {
         let entry = c.find_dso(&id).unwrap();
         assert_eq!(entry.path, *id.path);
         let table = c.load_dso_table(entry.symfile.as_ref().unwrap()).unwrap();
-        assert_eq!(table.lookup(0x107f).unwrap().value.get().as_ref(), "WKS::gc_heap::mark_object_simple");
-        assert_eq!(table.lookup(0x2000).unwrap().value.get().as_ref(), "name with spaces");
-        assert!(table.lookup(0x1080).is_none());
+        assert!(!table.managed);
+        let names = &table.names;
+        assert_eq!(names.lookup(0x107f).unwrap().value.get().as_ref(), "WKS::gc_heap::mark_object_simple");
+        assert_eq!(names.lookup(0x2000).unwrap().value.get().as_ref(), "name with spaces");
+        assert!(names.lookup(0x1080).is_none());
+        assert!(names.lookup(0x3000).is_none());
+        assert_eq!(table.functions.lookup(0x30ff).map(|r| (r.start, r.end)), Some((0x3000, 0x3100)));
         assert!(c.find_dso(&opaque).unwrap().symfile.is_none());
+        let managed = c.find_dso(&r2r).unwrap().symfile.clone().unwrap();
+        assert!(managed.starts_with("r2r-"), "{managed}");
+        let table = c.load_dso_table(&managed).unwrap();
+        assert!(table.managed);
+        assert_eq!(
+            table.names.lookup(0x5001).unwrap().value.get().as_ref(),
+            "int32 [System.Private.CoreLib] X::Y()[PreJIT]"
+        );
+        assert_eq!(table.functions.lookup(0x600f).map(|r| r.start), Some(0x6000));
         let k = c.load_kernel().unwrap().unwrap();
         assert!(!k.hidden);
         let ext4 = &k.table.lookup(0xffffffffc0000005).unwrap().value;

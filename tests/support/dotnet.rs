@@ -127,3 +127,14 @@ impl Dotnet {
         cmd
     }
 }
+
+/// Whether a name from .NET 8.0.4's jitdump equals `ours` up to a defect of that runtime: it sometimes loses the
+/// last character of a method's name (`System.Math::Mi(int32,int32)` for `Min`, `Match::get_Group()` for
+/// `get_Groups`; seen in its `[QuickJitted]` records too).
+pub fn same_name_but_runtime_truncation(runtime: &str, ours: &str) -> bool {
+    if ours.len() != runtime.len() + 1 {
+        return false;
+    }
+    let differ = runtime.bytes().zip(ours.bytes()).position(|(a, b)| a != b).unwrap_or(runtime.len());
+    ours.as_bytes().get(differ + 1) == Some(&b'(') && ours.get(differ + 1..) == runtime.get(differ..)
+}

@@ -273,3 +273,23 @@ impl Background {
         Finished { status, stdout, stderr }
     }
 }
+
+/// `profcpu postprocess -dir DIR EXTRA…` on "another machine": in a private mount namespace where /tmp and every
+/// folder of `hidden` (a runtime's install folder, say) are empty tmpfs mounts, so nothing of the target can be
+/// read. Must succeed. `dir` must lie outside what is hidden (a [`Scratch`](super::scratch::Scratch) does).
+pub fn postprocess_hiding(dir: &Path, hidden: &[&Path], extra: &[&str]) -> PostprocessRun {
+    let script = r#"while [ "$1" != "--" ]; do mount -t tmpfs none "$1" || exit 1; shift; done; shift; exec "$@""#;
+    let output = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", script, "sh", "/tmp"])
+        .args(hidden)
+        .args(["--", PROFCPU, "postprocess", "-dir"])
+        .arg(dir)
+        .args(extra)
+        .output()
+        .expect("cannot run unshare (util-linux, scripts/setup-deps.sh)");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "postprocess of {} with {hidden:?} hidden failed:\n{stderr}", dir.display());
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    PostprocessRun { output, stdout, stderr }
+}

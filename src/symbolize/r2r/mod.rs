@@ -26,12 +26,13 @@
 //! their code ranges ([`R2rImage::function_start`]) but not named: their metadata lives in the component files.
 //! A component file itself is refused with the name of its composite image.
 //!
-//! Use from the symbolizer: parse the file a sample's mapping names (capped in size, read through the target's
-//! root), turn `pgoff + ip − start` into an RVA with [`R2rImage::rva_of_file_offset`] (or [`rva_of`] on
-//! /proc/PID/maps), then [`R2rImage::lookup`]; when it returns `None`, [`R2rImage::function_start`] still gives
-//! one box per code block. [`R2rImage::methods`] lists every range (for an offsets listing or uprobes at
-//! `method_start` of `CodePart::Body` entries). An `<image>.r2rmap` beside the file, when present, is read with
-//! [`R2rMap`] (crossgen2's spelling, not the runtime's).
+//! Use from the symbolizer (wired in [`r2r_symbols`](super::r2r_symbols)): parse the file a sample's mapping names
+//! (capped in size, read through the target's root), turn `pgoff + ip − start` into an RVA with
+//! [`R2rImage::rva_of_file_offset`] (or [`rva_of`] on /proc/PID/maps), then [`R2rImage::lookup`]; when it returns
+//! `None`, [`R2rImage::function_start`] still gives one box per code block. [`R2rImage::methods`] lists every
+//! range (for an offsets listing or uprobes at `method_start` of `CodePart::Body` entries). An `.r2rmap` beside the
+//! file, when present, is read with [`R2rMap`] (crossgen2's spelling, not the runtime's): the symbolizer uses it for
+//! code no method claims.
 //!
 //! In a live process an `ip` maps to an RVA through the mapping that holds it and the PE section table: see
 //! [`rva_of`] (the mapping rule found on .NET 8.0.4 and .NET Core 3.1.23, with the /proc/PID/maps evidence).
