@@ -55,6 +55,7 @@ pub fn run(args: CollectArgs) -> Result<()> {
         frequency: args.freq,
         event: args.event,
         mmap_pages: args.mmap_pages,
+        call_graph: args.call_graph,
         perf_data: run_dir.join("perf.data"),
         progress: std::io::stderr().is_terminal(),
     };

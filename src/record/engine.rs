@@ -88,7 +88,8 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
     let start_time = chrono::Local::now();
     target::raise_fd_limit();
     let cpus = target::online_cpus()?;
-    let data_pages = opts.mmap_pages.unwrap_or_else(ring::default_data_pages).max(1);
+    let stack_copy_bytes = opts.call_graph.stack_copy_bytes();
+    let data_pages = opts.mmap_pages.unwrap_or_else(|| ring::default_data_pages_for(stack_copy_bytes)).max(1);
     let spec = EventSpec {
         kind: opts.event,
         frequency: opts.frequency,
@@ -96,6 +97,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         inherit: !matches!(opts.target, Target::All),
         enable_on_exec: matches!(opts.target, Target::Command(_)),
         wakeup_bytes: (data_pages * ring::page_size() / 2) as u32,
+        stack_copy_bytes,
     };
     let max_cpu = cpus.iter().max().copied().unwrap_or(0) as usize;
     let mut session = Session {
@@ -247,7 +249,7 @@ impl Session<'_> {
         for &tid in initial.iter().filter(|&&t| t != pid) {
             self.open_task(tid, false)?;
         }
-        for record in synthesize::process(pid) {
+        for record in synthesize::process(pid, self.spec.stack_copy_bytes > 0) {
             self.write_synthesized(&record)?;
         }
         let initial_count = initial.len();
@@ -303,7 +305,7 @@ impl Session<'_> {
         self.create_writer(opts)?;
         self.write_kernel_text()?;
         for pid in synthesize::all_pids().context("cannot list /proc")? {
-            for record in synthesize::process(pid) {
+            for record in synthesize::process(pid, self.spec.stack_copy_bytes > 0) {
                 self.write_synthesized(&record)?;
             }
         }
@@ -530,6 +532,11 @@ impl Session<'_> {
             self.samples += 1;
             if let Ok(Record::Sample(sample)) = Record::decode(bytes, &self.format) {
                 self.dsos.on_sample(&sample);
+                if sample.user.is_some() {
+                    // Re-encoded: the codec keeps the user callchain where perf does not read it (see
+                    // SampleFormat::write_sample).
+                    return self.writer().write_record(&Record::Sample(sample));
+                }
             }
             return self.writer().write_raw(bytes);
         }

@@ -4,7 +4,7 @@
 //!
 //! Synthesized records carry time 0 and id 0 in their `sample_id`, as perf's do: they sort before every kernel record.
 
-use crate::perf_data::abi::{MISC_KERNEL, MISC_USER};
+use crate::perf_data::abi::{MISC_KERNEL, MISC_MMAP_DATA, MISC_USER};
 use crate::perf_data::{Comm, Mmap, Record, SampleId, Task};
 use std::io;
 
@@ -87,10 +87,26 @@ fn mmap2_of(pid: u32, e: &MapsEntry) -> Record {
     })
 }
 
-/// MMAP2 records for the executable mappings of process `pid`.
-pub fn mappings(pid: u32) -> io::Result<Vec<Record>> {
+/// MMAP2 records for the executable mappings of process `pid`; with `file_data`, also for its other file mappings,
+/// marked `PERF_RECORD_MISC_MMAP_DATA` as `perf record --data` does: perf's libunwind-based DWARF unwinder reads a
+/// library's `.eh_frame_hdr` through the process's address space, and in most libraries it lies in a read-only,
+/// non-executable segment.
+pub fn mappings(pid: u32, file_data: bool) -> io::Result<Vec<Record>> {
     let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))?;
-    Ok(maps.lines().filter_map(parse_maps_line).filter(MapsEntry::is_executable).map(|e| mmap2_of(pid, &e)).collect())
+    Ok(maps
+        .lines()
+        .filter_map(parse_maps_line)
+        .filter(|e| e.is_executable() || (file_data && e.path.starts_with('/')))
+        .map(|e| {
+            let mut record = mmap2_of(pid, &e);
+            if let Record::Mmap(m) = &mut record {
+                if !e.is_executable() {
+                    m.misc |= MISC_MMAP_DATA;
+                }
+            }
+            record
+        })
+        .collect())
 }
 
 fn thread_name(pid: u32, tid: u32) -> Option<String> {
@@ -110,9 +126,9 @@ pub fn thread(pid: u32, tid: u32) -> Vec<Record> {
     out
 }
 
-/// Everything perf would synthesize for one process: its threads, then its executable mappings. A process that
-/// exits while being read yields what was read.
-pub fn process(pid: u32) -> Vec<Record> {
+/// Everything perf would synthesize for one process: its threads, then its executable mappings (and its other file
+/// mappings with `file_data`, see [`mappings`]). A process that exits while being read yields what was read.
+pub fn process(pid: u32, file_data: bool) -> Vec<Record> {
     let mut out = Vec::new();
     let mut tids = super::target::thread_ids(pid).unwrap_or_default();
     tids.sort_unstable_by_key(|&t| (t != pid, t));
@@ -121,7 +137,7 @@ pub fn process(pid: u32) -> Vec<Record> {
     }
     if !out.is_empty() {
         // Kernel threads have no maps; a process that vanished reads as empty too.
-        out.extend(mappings(pid).unwrap_or_default());
+        out.extend(mappings(pid, file_data).unwrap_or_default());
     }
     out
 }
