@@ -22,6 +22,8 @@ pub const SAMPLE_STACK_USER: u64 = b::PERF_SAMPLE_STACK_USER as u64;
 
 /// `PERF_SAMPLE_REGS_ABI_NONE`: the sample has no user registers (a kernel thread, or no user context).
 pub const REGS_ABI_NONE: u64 = b::PERF_SAMPLE_REGS_ABI_NONE as u64;
+/// `PERF_SAMPLE_REGS_ABI_64`: the registers of a 64-bit task.
+pub const REGS_ABI_64: u64 = b::PERF_SAMPLE_REGS_ABI_64 as u64;
 /// x86-64 register numbers of `sample_regs_user` (`arch/x86/include/uapi/asm/perf_regs.h`).
 pub const REG_X86_BP: u32 = b::PERF_REG_X86_BP;
 pub const REG_X86_SP: u32 = b::PERF_REG_X86_SP;

@@ -249,12 +249,25 @@ mod tests {
     #[test]
     fn this_process_synthesizes_itself() {
         let me = std::process::id();
-        let records = process(me);
+        let records = process(me, false);
         let Some(Record::Comm(first)) = records.first() else { panic!("{records:?}") };
         assert_eq!((first.pid, first.tid), (me, me));
         // The test binary runs from an executable mapping of itself.
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert!(records.iter().any(|r| matches!(r, Record::Mmap(m) if m.filename == exe.to_str().unwrap())));
         assert!(records.iter().any(|r| matches!(r, Record::Mmap(m) if m.filename == "[vdso]")));
+        assert!(records.iter().all(|r| !matches!(r, Record::Mmap(m) if m.misc & MISC_MMAP_DATA != 0)));
+
+        // With file data: the binary's read-only segments too, marked as data; anonymous memory never.
+        let with_data = process(me, true);
+        let data: Vec<&Mmap> = with_data
+            .iter()
+            .filter_map(|r| match r {
+                Record::Mmap(m) if m.misc & MISC_MMAP_DATA != 0 => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert!(data.iter().any(|m| m.filename == exe.to_str().unwrap() && m.prot & libc::PROT_EXEC as u32 == 0));
+        assert!(data.iter().all(|m| m.filename.starts_with('/')));
     }
 }

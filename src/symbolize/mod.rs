@@ -25,6 +25,7 @@ mod sources;
 pub mod symbol_server;
 mod symbolizer;
 mod symbols_dir;
+pub mod unwind;
 
 pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
 pub use options::SymbolizeOptions;

@@ -218,7 +218,8 @@ impl Sources {
         let info = self.live_process(pid, processes);
         let root = info.as_ref().and_then(|i| self.target_root(i));
         let roots = SearchRoots { target_root: root.clone(), host: true, extra: self.opts.debug_roots.clone() };
-        let file = match self.preopened.remove(&*m.file) {
+        // A copy of the handle: the unwinder may need the same file.
+        let file = match self.preopened.get(&*m.file).and_then(|f| f.try_clone().ok()) {
             Some(f) => Ok(f),
             None => open_mapped_file(pid, m, info.is_some(), root.as_deref()),
         };
@@ -230,6 +231,20 @@ impl Sources {
                 DsoSymbols::Opaque { reason: e }
             }
         }
+    }
+
+    /// The file behind a mapping, opened as for its symbols: the capture's handle, else through the live target's
+    /// root. `None` when live lookups are off or it cannot be opened.
+    pub fn open_mapped(&mut self, pid: u32, m: &Mapping, processes: &Processes) -> Option<File> {
+        if !self.opts.live || m.kind != MapKind::File {
+            return None;
+        }
+        if let Some(f) = self.preopened.get(&*m.file) {
+            return f.try_clone().ok();
+        }
+        let info = self.live_process(pid, processes);
+        let root = info.as_ref().and_then(|i| self.target_root(i));
+        open_mapped_file(pid, m, info.is_some(), root.as_deref()).ok()
     }
 
     /// The process as it is now in `/proc`, if live lookups are allowed, it still runs, and it is still the program
