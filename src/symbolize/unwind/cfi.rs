@@ -204,6 +204,12 @@ impl ModuleCfi {
         Ok(cfi)
     }
 
+    /// This info without any section that could make unwinding loop (see [`check`](super::check)), and why each
+    /// removed one was: every `ModuleCfi` from an untrusted source goes through this before it is unwound with.
+    pub fn checked(self) -> (ModuleCfi, Vec<String>) {
+        super::check::without_looping_expressions(self)
+    }
+
     /// Sections as framehop takes them.
     pub(super) fn section_info(&self) -> framehop::ExplicitModuleSectionInfo<Arc<[u8]>> {
         framehop::ExplicitModuleSectionInfo {

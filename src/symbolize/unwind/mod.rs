@@ -9,10 +9,12 @@
 //! - [`CfiFiles`]: each file's unwind info, captured copy first, loaded once.
 //!
 //! The walk is fed untrusted bytes (stack contents and CFI come from the target) and always ends: see
-//! [`walk`](walk) for its bounds. A fuzz target composes `ModuleCfi::decode` (bytes as a capture saves them),
-//! a one-module [`ModuleSource`] and [`StackWalker::walk`].
+//! [`walk`](walk) for its bounds, and [`ModuleCfi::checked`] for what is refused before. A fuzz target composes
+//! `ModuleCfi::decode` (bytes as a capture saves them) and `checked`, a one-module [`ModuleSource`] and
+//! [`StackWalker::walk`].
 
 mod cfi;
+mod check;
 mod saved;
 mod walk;
 

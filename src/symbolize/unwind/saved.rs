@@ -82,7 +82,7 @@ impl CfiFiles {
         let decoded = read_capped(&dir.join(name), MAX_SAVED_BYTES)
             .and_then(|bytes| ModuleCfi::decode(&bytes.with_context(|| format!("{name} is missing"))?));
         match decoded {
-            Ok(cfi) => Some(Some(Arc::new(cfi))),
+            Ok(cfi) => Some(self.keep_safe(cfi, file).map(Arc::new)),
             Err(e) => {
                 self.warnings.push(format!("captured unwind info {name} of {} unreadable: {e:#}", file.path));
                 Some(None)
@@ -92,12 +92,21 @@ impl CfiFiles {
 
     fn read_live(&mut self, f: &File, file: &FileId) -> Option<Arc<ModuleCfi>> {
         match ModuleCfi::read(f, file.build_id.as_deref()) {
-            Ok(cfi) => cfi.filter(ModuleCfi::has_cfi).map(Arc::new),
+            Ok(cfi) => cfi.and_then(|cfi| self.keep_safe(cfi, file)).map(Arc::new),
             Err(e) => {
                 self.warnings.push(format!("no unwind info from {}: {e:#}", file.path));
                 None
             }
         }
+    }
+
+    /// `cfi` without what could make unwinding loop (a warning each), if any CFI is left.
+    fn keep_safe(&mut self, cfi: ModuleCfi, file: &FileId) -> Option<ModuleCfi> {
+        let (cfi, problems) = cfi.checked();
+        for p in problems {
+            self.warnings.push(format!("unwind info of {}: {p}", file.path));
+        }
+        cfi.has_cfi().then_some(cfi)
     }
 
     /// Files whose unwind info was read from the live system, for a capture to save.

@@ -180,3 +180,186 @@ pub fn user_part(callchain: &[u64]) -> &[u64] {
     let end = rest.iter().position(|&a| a >= CONTEXT_MAX).unwrap_or(rest.len());
     &rest[..end]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::abi::CONTEXT_KERNEL;
+    use crate::symbolize::unwind::CfiSection;
+
+    /// One module at `avma` (or none: everything is JIT code).
+    struct OneModule(Option<CodeModule>);
+
+    impl ModuleSource for OneModule {
+        fn mapping_start(&self, addr: u64) -> Option<u64> {
+            self.0.as_ref().filter(|m| m.avma.contains(&addr)).map(|m| m.avma.start)
+        }
+        fn module_at(&mut self, addr: u64) -> Option<CodeModule> {
+            self.0.clone().filter(|m| m.avma.contains(&addr))
+        }
+    }
+
+    const TEXT: u64 = 0x40_0000;
+
+    fn module(cfi: ModuleCfi) -> OneModule {
+        let cfi = Arc::new(cfi);
+        OneModule(Some(CodeModule { avma: TEXT..TEXT + 0x10_0000, base_avma: TEXT, cfi, name: "hostile".into() }))
+    }
+
+    fn words(values: &[u64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// `.eh_frame` with one CIE (`zR`, absolute udata4 addresses, data alignment -8, return address in r16) whose
+    /// initial instructions are `cie_ops`, and one FDE over the first 0x1000 bytes of the module with `fde_ops`
+    /// (DWARF 5 §6.4.1, LSB Core `.eh_frame`).
+    fn eh_frame(cie_ops: &[u8], fde_ops: &[u8]) -> Vec<u8> {
+        fn entry(out: &mut Vec<u8>, body: &[u8]) {
+            let mut body = body.to_vec();
+            while (body.len() + 4) % 8 != 0 {
+                body.push(0); // DW_CFA_nop
+            }
+            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(&body);
+        }
+        let mut out = Vec::new();
+        let mut cie = vec![0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x03];
+        cie.extend_from_slice(cie_ops);
+        entry(&mut out, &cie);
+        let fde_start = out.len();
+        let mut fde = ((fde_start + 4) as u32).to_le_bytes().to_vec();
+        fde.extend_from_slice(&0u32.to_le_bytes()); // link-time address 0, loaded at TEXT
+        fde.extend_from_slice(&0x1000u32.to_le_bytes());
+        fde.push(0);
+        fde.extend_from_slice(fde_ops);
+        entry(&mut out, &fde);
+        out.extend_from_slice(&[0; 4]);
+        out
+    }
+
+    /// A module with the given CFI, as profcpu takes untrusted CFI: decoded from the captured form and checked.
+    fn hostile(cie_ops: &[u8], fde_ops: &[u8]) -> OneModule {
+        hostile_with(&eh_frame(cie_ops, fde_ops))
+    }
+
+    /// `DW_CFA_def_cfa rsp, 8; DW_CFA_offset r16, 1`: a function that just returns.
+    const PLAIN: &[u8] = &[0x0c, 7, 8, 0x90, 1];
+
+    #[test]
+    fn a_plain_function_returns_to_its_caller() {
+        let mut m = hostile(PLAIN, &[]);
+        let stack = words(&[0x1234_5678, 0]);
+        let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0 };
+        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &[]);
+        // The caller (no module: frame pointer, bp 0) is the outermost frame.
+        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x1234_5678], end: WalkEnd::Complete });
+    }
+
+    #[test]
+    fn hostile_cfi_ends_the_walk() {
+        let cases: [(&str, Vec<u8>); 6] = [
+            // CFA = rsp + 2^63: far past the copy.
+            ("huge CFA offset", [&[0x0e][..], &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 1]].concat()),
+            // CFA = rsp - 16 (factored -2 * -8 ... signed): below the stack pointer.
+            ("negative CFA", vec![0x12, 7, 0x02]),
+            // CFA = rsp: the return address would be below the stack pointer, sp does not rise.
+            ("CFA at sp", vec![0x0e, 0]),
+            // CFA from a register that holds garbage.
+            ("CFA from rbx", vec![0x0c, 3, 8]),
+            // CFA by an expression that loops on itself (DW_OP_skip -3).
+            ("looping expression", vec![0x0f, 3, 0x2f, 0xfd, 0xff]),
+            // The return address register is "same value": a loop at the same address.
+            ("same value RA", vec![0x08, 16]),
+        ];
+        for (what, fde_ops) in cases {
+            let mut m = hostile(PLAIN, &fde_ops);
+            if what == "looping expression" {
+                // framehop would evaluate it forever: the check drops the section.
+                assert!(!m.0.as_ref().unwrap().cfi.has_cfi());
+            }
+            for stack in [words(&[TEXT + 0x20; 64]), words(&[0; 64]), words(&[u64::MAX; 64])] {
+                let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0x7008 };
+                let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &[]);
+                assert!(walk.frames.len() <= MAX_FRAMES, "{what}: {} frames", walk.frames.len());
+                assert_eq!(walk.frames[0], TEXT + 0x10, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn frame_pointer_loops_stop_with_a_marker_end() {
+        // JIT code (no module): bp points at itself.
+        let stack = words(&[0x7000, 0x5000, 0x7000, 0x5000]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x7000 };
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5000], end: WalkEnd::Stopped });
+        // A chain whose frames go down the stack is refused just the same.
+        let stack = words(&[0x6ff0, 0x5000]);
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk.end, WalkEnd::Stopped);
+    }
+
+    #[test]
+    fn the_kernel_chain_continues_where_the_copy_ends() {
+        // Two JIT frames in the copy; the third frame's record lies beyond it.
+        let stack = words(&[0x7010, 0x5001, 0x7100, 0x5002]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x7000 };
+        let chain = [CONTEXT_KERNEL, 0xffff_ffff_8100_0000, CONTEXT_USER, 0x9000, 0x5001, 0x5002, 0x5003, 0x5004];
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &chain);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5001, 0x5002, 0x5003, 0x5004], end: WalkEnd::Joined });
+        // A chain that does not pass through the last frame found, but is longer, wins.
+        let other = [CONTEXT_USER, 0x9000, 0x6001, 0x6002, 0x6003, 0x6004];
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &other);
+        assert_eq!(walk, Walk { frames: other[1..].to_vec(), end: WalkEnd::FramePointers });
+        // No chain: cut short.
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5001, 0x5002], end: WalkEnd::Stopped });
+    }
+
+    #[test]
+    fn random_stacks_and_cfi_never_hang_or_panic() {
+        let own = ModuleCfi::read(&std::fs::File::open("/proc/self/exe").unwrap(), None).unwrap().unwrap();
+        let text = own.text.clone().unwrap();
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_57ac);
+        let mut walker = StackWalker::default();
+        let seed_cfi = eh_frame(PLAIN, &[0x0e, 16]);
+        for round in 0..3000u64 {
+            let mut m = if round % 2 == 0 {
+                // The real CFI of this binary, placed so that its .text is at TEXT.
+                OneModule(Some(CodeModule {
+                    avma: TEXT..TEXT + (text.end - text.start),
+                    base_avma: TEXT - text.start,
+                    cfi: Arc::new(own.clone()),
+                    name: "self".into(),
+                }))
+            } else {
+                let data = rng.mutate(&seed_cfi);
+                hostile_with(&data)
+            };
+            // Stacks of plausible-looking words: code addresses, stack addresses, garbage.
+            let words_n = rng.below(600);
+            let stack: Vec<u64> = (0..words_n)
+                .map(|_| match rng.below(4) {
+                    0 => TEXT + rng.below(0x2000) as u64,
+                    1 => 0x7000 + 8 * rng.below(700) as u64,
+                    2 => 0,
+                    _ => rng.next(),
+                })
+                .collect();
+            let regs =
+                UserRegs { ip: TEXT + rng.below(0x2000) as u64, sp: 0x7000, bp: 0x7000 + 8 * rng.below(64) as u64 };
+            let chain = [CONTEXT_USER, regs.ip, rng.next(), rng.next()];
+            let walk = walker.walk((round % 7, round), &mut m, regs, &words(&stack), &chain);
+            assert!(walk.frames.len() <= MAX_FRAMES);
+        }
+    }
+
+    fn hostile_with(eh_frame: &[u8]) -> OneModule {
+        let cfi = ModuleCfi {
+            eh_frame: Some(CfiSection { svma: 0x10_0000, data: Arc::from(eh_frame) }),
+            text: Some(0..0x1000),
+            ..Default::default()
+        };
+        module(ModuleCfi::decode(&cfi.encode()).unwrap().checked().0)
+    }
+}
