@@ -144,6 +144,10 @@ pub struct PostprocessArgs {
     #[arg(long, value_name = "TEXT")]
     pub title: Option<String>,
 
+    /// Use only the kernel's frame-pointer callchains, not the samples' stack copies (to compare the two).
+    #[arg(long, hide = true)]
+    pub ignore_stack_copies: bool,
+
     #[command(flatten)]
     pub symbols: SymbolArgs,
 }

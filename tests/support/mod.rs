@@ -17,6 +17,7 @@
 //! | [`webapi`] | the sample web API as a target, on the host or in namespaces |
 //! | [`podman`] | real containers (podman + runc) from local images, the static binary inside them |
 //! | [`chromium`] | headless Chromium for the flame graph |
+//! | [`unwind`] | the C workload inside libc, how far stacks reach, perf script text by sample |
 #![allow(dead_code)]
 
 pub mod busy;
@@ -33,6 +34,7 @@ pub mod report;
 pub mod running_app;
 pub mod scratch;
 pub mod symbolize;
+pub mod unwind;
 pub mod webapi;
 
 /// The binary under test, as cargo built it for the test run.
