@@ -2,6 +2,9 @@
 //! how far stacks reach.
 
 use std::path::{Path, PathBuf};
+
+/// The frame that ends a stack whose walk was cut short (`symbolize::symbolizer::UNWIND_STOPPED_NAME`).
+pub const UNWIND_STOPPED: &str = "[unwinding stopped]";
 use std::process::Command;
 
 /// `tests/data/unwind/sorter.c` built like distribution code (`-O2 -fomit-frame-pointer`) into `dir`.

@@ -146,7 +146,9 @@ impl StackWalker {
             chain.iter().skip(1).position(|&a| a == last).map(|i| i + 1)
         };
         if let Some(j) = joins_at {
-            if j + 1 < chain.len() {
+            // Joined only if that does not make the stack shorter than the chain alone (the walk may have found
+            // fewer frames below the join than the chain has).
+            if j + 1 < chain.len() && frames.len() + (chain.len() - j - 1) >= chain.len() {
                 frames.extend_from_slice(&chain[j + 1..]);
                 frames.truncate(MAX_FRAMES);
                 return Walk { frames, end: WalkEnd::Joined };
