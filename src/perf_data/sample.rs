@@ -349,3 +349,120 @@ impl SampleFormat {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::abi::{CONTEXT_KERNEL, REGS_ABI_64};
+
+    const MASK: u64 = 0xff_0fff;
+
+    fn format() -> SampleFormat {
+        SampleFormat {
+            sample_type: SAMPLE_IDENTIFIER
+                | SAMPLE_IP
+                | SAMPLE_TID
+                | SAMPLE_TIME
+                | SAMPLE_CPU
+                | SAMPLE_PERIOD
+                | SAMPLE_CALLCHAIN
+                | SAMPLE_REGS_USER
+                | SAMPLE_STACK_USER,
+            read_format: 0,
+            sample_id_all: true,
+            regs_user_mask: MASK,
+        }
+    }
+
+    fn sample(callchain: Vec<u64>, stack_len: u8) -> Sample {
+        Sample {
+            misc: 1,
+            id: Some(7),
+            ip: 0x40_1000,
+            pid: 1,
+            tid: 2,
+            time: 3,
+            cpu: 1,
+            period: 9,
+            callchain,
+            user: Some(UserContext {
+                abi: REGS_ABI_64,
+                mask: MASK,
+                regs: (0..20).collect(),
+                stack: (0..stack_len).collect(),
+            }),
+        }
+    }
+
+    fn encode(f: &SampleFormat, s: &Sample) -> Vec<u8> {
+        let mut e = Encoder::new();
+        f.write_sample(&mut e, s);
+        e.into_inner()
+    }
+
+    #[test]
+    fn registers_stack_and_user_callchain_round_trip() {
+        let f = format();
+        let s = sample(vec![CONTEXT_KERNEL, 0xffff_ffff_8100_0000, CONTEXT_USER, 0x40_1000, 0x40_2000], 100);
+        let bytes = encode(&f, &s);
+        let back = f.parse_sample(1, &bytes).unwrap();
+        assert_eq!(back, s);
+        let user = back.user.unwrap();
+        // Register N is at its rank among the mask's bits: IP (8) is the 9th, R8 (16) the 13th, DS (12) is absent.
+        assert_eq!((user.reg(8), user.reg(16), user.reg(12), user.reg(64)), (Some(8), Some(12), None, None));
+        // What perf reads: a callchain of the kernel part only, then the registers, then a copy whose `dyn_size`
+        // covers exactly the stack bytes.
+        let words = |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap());
+        assert_eq!(words(48), 2, "callchain length on disk");
+        let stack_at = 48 + 8 + 2 * 8 + 8 + 20 * 8;
+        let size = words(stack_at) as usize;
+        assert_eq!(words(stack_at + 8 + size), 100, "dyn_size");
+        assert_eq!(bytes.len(), stack_at + 8 + size + 8);
+    }
+
+    #[test]
+    fn a_kernel_written_copy_keeps_only_its_valid_bytes() {
+        // As the kernel writes a sample (perf_event.h order): 64 bytes copied, 40 of them valid, no stash.
+        let mut e = Encoder::new();
+        for v in [7, 0x40_1000] {
+            e.u64(v); // identifier, ip
+        }
+        e.u32(1); // pid, tid
+        e.u32(2);
+        e.u64(3); // time
+        e.u32(1); // cpu, res
+        e.u32(0);
+        e.u64(9); // period
+        for v in [2, CONTEXT_USER, 0x40_1000] {
+            e.u64(v); // callchain
+        }
+        e.u64(REGS_ABI_64);
+        for r in 0..20 {
+            e.u64(r);
+        }
+        e.u64(64);
+        e.bytes(&[0xab; 64]);
+        e.u64(40);
+        let back = format().parse_sample(1, &e.into_inner()).unwrap();
+        assert_eq!(back.callchain, vec![CONTEXT_USER, 0x40_1000], "a callchain the stash did not hold is kept");
+        assert_eq!(back.user.unwrap().stack, vec![0xab; 40]);
+    }
+
+    #[test]
+    fn damaged_samples_are_errors_not_panics() {
+        let f = format();
+        let bytes = encode(&f, &sample(vec![CONTEXT_USER, 1, 2, 3], 200));
+        for cut in 0..bytes.len() {
+            let _ = f.parse_sample(1, &bytes[..cut]);
+        }
+        // Every word of the sample replaced by values that make sizes and counts absurd.
+        for at in (0..bytes.len()).step_by(8) {
+            for value in [0, 1, 0xfff8, u32::MAX as u64, u64::MAX] {
+                let mut damaged = bytes.clone();
+                let end = (at + 8).min(damaged.len());
+                damaged[at..end].copy_from_slice(&value.to_ne_bytes()[..end - at]);
+                let _ = f.parse_sample(1, &damaged);
+            }
+        }
+    }
+}

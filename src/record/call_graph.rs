@@ -47,6 +47,40 @@ impl CallGraph {
         CallGraph::ALL.into_iter().find(|c| c.name() == name)
     }
 
+    /// The mode and ring size (data pages) to record with when the user chose `data_pages`: a ring that cannot hold
+    /// a few samples with stack copies loses them all (a sample record never spans a wrap-around's worth of free
+    /// space), so `auto` falls back to frame pointers and `dwarf` gets a ring that fits; the notice says which.
+    pub fn fit_ring(self, data_pages: usize, page_size: usize) -> (CallGraph, usize, Option<String>) {
+        let copy = self.stack_copy_bytes() as usize;
+        if copy == 0 {
+            return (self, data_pages, None);
+        }
+        // Registers, the header fields and a full 127-frame callchain beside the copy; room for four samples.
+        let needed_pages = (4 * (copy + 2048)).div_ceil(page_size).next_power_of_two();
+        if data_pages >= needed_pages {
+            return (self, data_pages, None);
+        }
+        match self {
+            CallGraph::Dwarf => (
+                self,
+                needed_pages,
+                Some(format!(
+                    "a {data_pages}-page ring buffer cannot hold samples with {} KB stack copies: using {needed_pages} \
+                     pages",
+                    copy / 1024
+                )),
+            ),
+            _ => (
+                CallGraph::Fp,
+                data_pages,
+                Some(format!(
+                    "a {data_pages}-page ring buffer is too small for stack copies (at least {needed_pages} pages): \
+                     recording frame-pointer callchains only (-call-graph fp)"
+                )),
+            ),
+        }
+    }
+
     /// Bytes of user stack each sample copies (0: none).
     pub fn stack_copy_bytes(self) -> u32 {
         match self {
@@ -54,5 +88,22 @@ impl CallGraph {
             CallGraph::Fp => 0,
             CallGraph::Dwarf => DWARF_STACK_BYTES,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ring_too_small_for_stack_copies_is_never_used_with_them() {
+        assert_eq!(CallGraph::Auto.fit_ring(512, 4096), (CallGraph::Auto, 512, None));
+        let (mode, pages, notice) = CallGraph::Auto.fit_ring(1, 4096);
+        assert_eq!((mode, pages), (CallGraph::Fp, 1));
+        assert!(notice.unwrap().contains("-call-graph fp"));
+        let (mode, pages, notice) = CallGraph::Dwarf.fit_ring(8, 4096);
+        assert_eq!(mode, CallGraph::Dwarf);
+        assert!(pages * 4096 >= 4 * DWARF_STACK_BYTES as usize && pages.is_power_of_two() && notice.is_some());
+        assert_eq!(CallGraph::Fp.fit_ring(1, 4096), (CallGraph::Fp, 1, None));
     }
 }

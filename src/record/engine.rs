@@ -88,8 +88,10 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
     let start_time = chrono::Local::now();
     target::raise_fd_limit();
     let cpus = target::online_cpus()?;
-    let stack_copy_bytes = opts.call_graph.stack_copy_bytes();
-    let data_pages = opts.mmap_pages.unwrap_or_else(|| ring::default_data_pages_for(stack_copy_bytes)).max(1);
+    let asked_pages =
+        opts.mmap_pages.unwrap_or_else(|| ring::default_data_pages_for(opts.call_graph.stack_copy_bytes())).max(1);
+    let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, ring::page_size());
+    let stack_copy_bytes = call_graph.stack_copy_bytes();
     let spec = EventSpec {
         kind: opts.event,
         frequency: opts.frequency,
@@ -124,6 +126,10 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         kernel_text: synthesize::kernel_text(),
         observer,
     };
+    if let Some(n) = ring_notice {
+        tracing::warn!("{n}");
+        session.notices.push(n);
+    }
     // Installed before anything is opened so a Ctrl+C during set-up still ends in a finished file.
     let stop = StopSignals::install()?;
 
