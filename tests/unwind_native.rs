@@ -8,7 +8,7 @@ mod support;
 use support::perf::perf;
 use support::profcpu::{collect, postprocess_ok, read};
 use support::scratch::Scratch;
-use support::unwind::{build_sorter, script_samples, share_with_frames};
+use support::unwind::{build_sorter, build_sorter_with, script_samples, share_with_frames};
 
 const REACH: [&str; 2] = ["sorter_loop", "main"];
 
@@ -104,4 +104,29 @@ fn a_perf_record_dwarf_recording_is_unwound_by_postprocess() {
     let folded = read(&dir.join("folded_stacks.out"));
     let (share, _) = share_with_frames(&folded, "sorter", &REACH);
     assert!(share >= 0.99, "only {:.1}% reach sorter_loop and main:\n{folded}", share * 100.0);
+}
+
+#[test]
+fn a_binary_without_cfi_is_unwound_with_its_debug_files_debug_frame() {
+    let _cpu = support::running_app::exclusive();
+    let dir = Scratch::new("unwind-debug-frame");
+    // Call frame information only in .debug_frame (no unwind tables), then split off into sorter.debug the way
+    // distributions ship debug files, and the binary's own (crt) .eh_frame removed: its only CFI is in the debug file.
+    let sorter = build_sorter_with(&dir.path, &["-g", "-fno-asynchronous-unwind-tables"]);
+    let objcopy = |args: &[&str]| {
+        let out = std::process::Command::new("objcopy").args(args).output().expect("objcopy (binutils) is missing");
+        assert!(out.status.success(), "objcopy {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let (bin, debug) = (sorter.to_str().unwrap(), dir.join("sorter.debug"));
+    objcopy(&["--only-keep-debug", bin, debug.to_str().unwrap()]);
+    objcopy(&["--strip-debug", "--remove-section=.eh_frame", "--remove-section=.eh_frame_hdr", bin]);
+    objcopy(&["--add-gnu-debuglink", debug.to_str().unwrap(), bin]);
+    let out = dir.join("profilings");
+    let run = collect(&["-duration", "8", "-freq", "199", "-output", out.to_str().unwrap(), "--", bin, "3"]);
+    let folded = read(&run.run_dir.join("folded_stacks.out"));
+    let (share, weight) = share_with_frames(&folded, "sorter", &REACH);
+    assert!(weight > 0 && share >= 0.99, "only {:.1}% reach sorter_loop and main:\n{folded}", share * 100.0);
+    // Saved for offline use: the same again from symbols/ alone.
+    postprocess_ok(&run.run_dir, &[]);
+    assert_eq!(read(&run.run_dir.join("folded_stacks.out")), folded);
 }

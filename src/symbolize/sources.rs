@@ -247,6 +247,21 @@ impl Sources {
         open_mapped_file(pid, m, info.is_some(), root.as_deref()).ok()
     }
 
+    /// The `.debug_frame` of a mapped file's split debug file (found and verified as for its symbols), for a file
+    /// that carries no call frame information itself. `None` offline, or when there is none.
+    pub fn debug_frame(&mut self, pid: u32, m: &Mapping, processes: &Processes) -> Option<Vec<u8>> {
+        use object::{Object, ObjectSection};
+        let file = self.open_mapped(pid, m, processes)?;
+        let image = super::elf::ElfImage::read(&file).ok()??;
+        let info = super::elf::inspect(image.bytes()).ok()?;
+        let root = self.live_process(pid, processes).and_then(|i| self.target_root(&i));
+        let roots = SearchRoots { target_root: root, host: true, extra: self.opts.debug_roots.clone() };
+        let found = super::debug_search::find_debug_file(&m.file.path, &info, &roots, &mut Default::default())?;
+        let debug = object::File::parse(found.data.bytes()).ok()?;
+        let data = debug.section_by_name(".debug_frame")?.data().ok()?;
+        (!data.is_empty()).then(|| data.to_vec())
+    }
+
     /// The process as it is now in `/proc`, if live lookups are allowed, it still runs, and it is still the program
     /// the recording saw (a recycled PID belongs to someone else).
     fn live_process(&mut self, pid: u32, processes: &Processes) -> Option<ProcessInfo> {

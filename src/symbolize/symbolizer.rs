@@ -8,7 +8,7 @@ use super::kallsyms::KERNEL_MODULE;
 use super::options::SymbolizeOptions;
 use super::sources::Sources;
 use super::symbols_dir::Usage;
-use super::unwind::{CfiFiles, CodeModule, ModuleSource, StackWalker, UnwindStats, UserRegs, WalkEnd};
+use super::unwind::{CfiFiles, CodeModule, LiveFile, ModuleSource, StackWalker, UnwindStats, UserRegs, WalkEnd};
 use super::{Frame, FrameKind, ResolvedSample, Stack};
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
@@ -586,6 +586,24 @@ struct Modules<'a> {
     cfi: &'a mut CfiFiles,
 }
 
+/// A mapped file as its unwind info is read from the live system.
+struct LiveMapped<'a> {
+    sources: &'a mut Sources,
+    processes: &'a Processes,
+    pid: u32,
+    mapping: &'a Mapping,
+}
+
+impl LiveFile for LiveMapped<'_> {
+    fn open(&mut self) -> Option<File> {
+        self.sources.open_mapped(self.pid, self.mapping, self.processes)
+    }
+
+    fn debug_frame(&mut self) -> Option<Vec<u8>> {
+        self.sources.debug_frame(self.pid, self.mapping, self.processes)
+    }
+}
+
 impl ModuleSource for Modules<'_> {
     fn mapping_start(&self, addr: u64) -> Option<u64> {
         let m = self.processes.get(self.pid)?.space.find(addr)?;
@@ -594,8 +612,8 @@ impl ModuleSource for Modules<'_> {
 
     fn module_at(&mut self, addr: u64) -> Option<CodeModule> {
         let m = self.processes.get(self.pid)?.space.find(addr)?;
-        let (sources, processes, pid) = (&mut *self.sources, self.processes, self.pid);
-        let cfi = self.cfi.get(&m.file, || sources.open_mapped(pid, m, processes))?;
+        let mut live = LiveMapped { sources: &mut *self.sources, processes: self.processes, pid: self.pid, mapping: m };
+        let cfi = self.cfi.get(&m.file, &mut live)?;
         let base_avma = cfi.bias(m.start, m.pgoff)?;
         Some(CodeModule { avma: m.start..m.end, base_avma, cfi, name: m.file.path.to_string() })
     }

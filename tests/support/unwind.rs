@@ -9,10 +9,17 @@ use std::process::Command;
 
 /// `tests/data/unwind/sorter.c` built like distribution code (`-O2 -fomit-frame-pointer`) into `dir`.
 pub fn build_sorter(dir: &Path) -> PathBuf {
+    build_sorter_with(dir, &[])
+}
+
+/// [`build_sorter`] with more compiler flags.
+pub fn build_sorter_with(dir: &Path, flags: &[&str]) -> PathBuf {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/unwind/sorter.c");
     let binary = dir.join("sorter");
     let out = Command::new("gcc")
-        .args(["-O2", "-fomit-frame-pointer", "-o"])
+        .args(["-O2", "-fomit-frame-pointer"])
+        .args(flags)
+        .arg("-o")
         .arg(&binary)
         .arg(&source)
         .output()

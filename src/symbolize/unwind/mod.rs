@@ -19,7 +19,7 @@ mod saved;
 mod walk;
 
 pub use cfi::{CfiSection, ModuleCfi};
-pub use saved::{write_saved, CfiFiles, UNWIND_INDEX};
+pub use saved::{write_saved, CfiFiles, LiveFile, UNWIND_INDEX};
 pub use walk::{user_part, CodeModule, ModuleSource, StackWalker, UserRegs, Walk, WalkEnd, MAX_FRAMES};
 
 /// How the stacks of a run were unwound, for its log and for tests.

@@ -1,7 +1,7 @@
 //! Where each file's unwind info comes from: a capture's saved copy (`symbols/unwind.txt` and `unwind-N.cfi`, see
 //! [`symbols_dir`](super::super::symbols_dir)) first, else the live file; loaded once per file and kept.
 
-use super::cfi::ModuleCfi;
+use super::cfi::{CfiSection, ModuleCfi};
 use crate::symbolize::address_space::FileId;
 use crate::symbolize::symbols_dir::{self, CapturedDso};
 use anyhow::{Context, Result};
@@ -15,6 +15,14 @@ pub const UNWIND_INDEX: &str = "unwind.txt";
 
 /// A captured unwind info file is at most this large (the sections it holds are capped at 64 MB each).
 const MAX_SAVED_BYTES: u64 = 200 << 20;
+
+/// The live file behind a mapping, for unwind info that no capture saved.
+pub trait LiveFile {
+    /// The file itself (`None` when live lookups are off or it cannot be opened).
+    fn open(&mut self) -> Option<File>;
+    /// The `.debug_frame` of its split debug file, if any.
+    fn debug_frame(&mut self) -> Option<Vec<u8>>;
+}
 
 /// Each file's unwind info, loaded on first use.
 #[derive(Default)]
@@ -49,16 +57,16 @@ impl CfiFiles {
         files
     }
 
-    /// The unwind info of `file`: the captured copy, else what `open_live` opens (`None` when it may not or cannot);
-    /// `None` when there is none (its frames are then unwound by frame pointer).
-    pub fn get(&mut self, file: &Arc<FileId>, open_live: impl FnOnce() -> Option<File>) -> Option<Arc<ModuleCfi>> {
+    /// The unwind info of `file`: the captured copy, else the live file's, with the `.debug_frame` of its debug file
+    /// when the file itself has no CFI; `None` when there is none (its frames are then unwound by frame pointer).
+    pub fn get(&mut self, file: &Arc<FileId>, live: &mut impl LiveFile) -> Option<Arc<ModuleCfi>> {
         if let Some(known) = self.loaded.get(file) {
             return known.clone();
         }
         let loaded = match self.load_captured(file) {
             Some(found) => found,
             None => {
-                let live = open_live().and_then(|f| self.read_live(&f, file));
+                let live = live.open().and_then(|f| self.read_live(&f, file, || live.debug_frame()));
                 if let Some(cfi) = &live {
                     self.live_loaded.push((file.clone(), cfi.clone()));
                 }
@@ -90,9 +98,21 @@ impl CfiFiles {
         }
     }
 
-    fn read_live(&mut self, f: &File, file: &FileId) -> Option<Arc<ModuleCfi>> {
+    fn read_live(
+        &mut self,
+        f: &File,
+        file: &FileId,
+        debug_frame: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Option<Arc<ModuleCfi>> {
         match ModuleCfi::read(f, file.build_id.as_deref()) {
-            Ok(cfi) => cfi.and_then(|cfi| self.keep_safe(cfi, file)).map(Arc::new),
+            Ok(Some(mut cfi)) => {
+                if !cfi.has_cfi() {
+                    // The address of .debug_frame plays no part in reading it.
+                    cfi.debug_frame = debug_frame().map(|data| CfiSection { svma: 0, data: Arc::from(data) });
+                }
+                self.keep_safe(cfi, file).map(Arc::new)
+            }
+            Ok(None) => None,
             Err(e) => {
                 self.warnings.push(format!("no unwind info from {}: {e:#}", file.path));
                 None
