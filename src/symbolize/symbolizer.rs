@@ -610,6 +610,13 @@ impl ModuleSource for Modules<'_> {
         (m.kind == MapKind::File).then_some(m.start)
     }
 
+    fn is_code(&self, addr: u64) -> bool {
+        self.processes
+            .get(self.pid)
+            .and_then(|p| p.space.find(addr))
+            .is_some_and(|m| matches!(m.kind, MapKind::File | MapKind::Jit | MapKind::Vdso))
+    }
+
     fn module_at(&mut self, addr: u64) -> Option<CodeModule> {
         let m = self.processes.get(self.pid)?.space.find(addr)?;
         let mut live = LiveMapped { sources: &mut *self.sources, processes: self.processes, pid: self.pid, mapping: m };

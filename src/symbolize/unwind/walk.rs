@@ -41,6 +41,8 @@ pub struct CodeModule {
 pub trait ModuleSource {
     /// The start of the mapping holding `addr` (called for every frame: keep it cheap).
     fn mapping_start(&self, addr: u64) -> Option<u64>;
+    /// Whether `addr` lies in executable memory of the process (a file's code, JIT code, the vDSO).
+    fn is_code(&self, addr: u64) -> bool;
     /// The module holding `addr` with its unwind info (called once per mapping and generation of the space);
     /// `None` for JIT code, unknown memory or a file without readable unwind info (frames there are unwound by
     /// frame pointer).
@@ -113,31 +115,44 @@ impl StackWalker {
         let mut frames = vec![regs.ip];
         let mut state = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut address = FrameAddress::InstructionPointer(regs.ip);
+        let mut guessed_leaf = false;
         let complete = loop {
             if frames.len() >= MAX_FRAMES {
                 break false;
             }
             unwinder.add_module_at(address.address_for_lookup(), modules);
             let sp_before = state.sp();
-            match unwinder.unwinder.unwind_frame(address, &mut state, &mut self.cache, &mut read_stack) {
+            let step = unwinder.unwinder.unwind_frame(address, &mut state, &mut self.cache, &mut read_stack);
+            match step {
                 Ok(None) => break true,
-                Ok(Some(return_address)) => {
-                    // Every real call frame lies above its callee's: a stack pointer that does not rise is a loop
-                    // (hostile or corrupt CFI / stack bytes).
-                    if state.sp() <= sp_before {
-                        break false;
-                    }
+                // Every real call frame lies above its callee's: a stack pointer that does not rise is a loop
+                // (hostile or corrupt CFI / stack bytes).
+                Ok(Some(return_address)) if state.sp() > sp_before => {
                     let Some(next) = FrameAddress::from_return_address(return_address) else { break true };
                     frames.push(return_address);
                     address = next;
                 }
-                Err(_) => break false,
+                _ if frames.len() == 1 => {
+                    // A leaf without CFI that has not set up a frame (a JIT stub, a prologue): its return address is
+                    // where the stack pointer points, if that is code. Tried once, for the leaf only.
+                    let Ok(return_address) = read_stack(regs.sp) else { break false };
+                    let Some(next) = FrameAddress::from_return_address(return_address) else { break false };
+                    if return_address == regs.ip || !modules.is_code(return_address) {
+                        break false;
+                    }
+                    state = UnwindRegsX86_64::new(return_address, regs.sp + 8, regs.bp);
+                    guessed_leaf = true;
+                    frames.push(return_address);
+                    address = next;
+                }
+                _ => break false,
             }
         };
-        if complete {
+        let chain = user_part(callchain);
+        // A walk that went through a guessed leaf is trusted to be whole only if the chain is not longer.
+        if complete && (!guessed_leaf || frames.len() >= chain.len()) {
             return Walk { frames, end: WalkEnd::Complete };
         }
-        let chain = user_part(callchain);
         let last = *frames.last().expect("the IP is always there");
         // The chain's first entry is the IP itself: a walk that found nothing more joins there.
         let joins_at = if frames.len() == 1 {
@@ -195,6 +210,10 @@ mod tests {
     impl ModuleSource for OneModule {
         fn mapping_start(&self, addr: u64) -> Option<u64> {
             self.0.as_ref().filter(|m| m.avma.contains(&addr)).map(|m| m.avma.start)
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            // JIT code lives at 0x5000..0xa000 in these tests.
+            self.mapping_start(addr).is_some() || (0x5000..0xa000).contains(&addr)
         }
         fn module_at(&mut self, addr: u64) -> Option<CodeModule> {
             self.0.clone().filter(|m| m.avma.contains(&addr))
@@ -299,6 +318,21 @@ mod tests {
         let stack = words(&[0x6ff0, 0x5000]);
         let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
         assert_eq!(walk.end, WalkEnd::Stopped);
+    }
+
+    #[test]
+    fn a_leaf_stub_without_a_frame_returns_to_the_code_at_the_stack_pointer() {
+        // JIT leaf (no module) whose bp is no frame pointer (below the stack): [sp] is its caller. The caller's own
+        // frame pointer is the same useless bp, so the walk ends there.
+        let stack = words(&[0x5001, 0, 0x7020, 0x5002, 0, 0]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x6000 };
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5001], end: WalkEnd::Stopped });
+        // [sp] that is not code is not taken.
+        let stack = words(&[0x1234, 0, 0x7020, 0x5002, 0, 0]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x6000 };
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000], end: WalkEnd::Stopped });
     }
 
     #[test]
