@@ -2,8 +2,8 @@
 //! /tmp (or working directory) and, in a container, only as long as its mount namespace does; so while collecting,
 //! [`Capture`] copies them into `<out>/symbols/` as soon as they appear and again whenever they grow. Files the
 //! target maps are opened while it lives, so they stay readable after it exits. At the end it writes the symbols
-//! the samples hit (see [`captured`](super::symbols_dir) for the format), so `postprocess` can name every frame
-//! offline.
+//! the samples hit and the unwind info of the files their stack copies were unwound through (see
+//! [`captured`](super::symbols_dir) for the format), so `postprocess` can name every frame offline.
 //!
 //! Use: `Capture::new(out_dir, &[pid], &opts)`, then for every record read `observe(&record)` (non-sample records
 //! suffice), `poll()` about every 250 ms, and `finish(&reader)` once perf.data is complete.

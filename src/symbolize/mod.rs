@@ -1,8 +1,9 @@
 //! Turns sampled addresses into frame names: JIT perf maps and jitdump, ELF symbols (with split debug files), kernel
 //! symbols; across container namespaces. Works from recorded data so `postprocess` can use it offline.
 //!
-//! Entry points: [`Symbolizer`] (names a recording's samples one by one, in time order), [`Capture`] (saves
-//! what naming needs while the target lives, for offline use through [`SymbolizeOptions::offline`]).
+//! Entry points: [`Symbolizer`] (names a recording's samples one by one, in time order, first walking the user
+//! stack copies they carry with [`unwind`]), [`Capture`] (saves what naming and unwinding need while the target
+//! lives, for offline use through [`SymbolizeOptions::offline`]).
 
 mod address_space;
 mod capture;
