@@ -1,7 +1,7 @@
 //! Command-line interface: every flag is defined and documented once here. Long flags are accepted with one dash
 //! (`-pid 1`, as perfcollect and the original profcpu take them) as well as two (`--pid 1`, `--pid=1`).
 
-use crate::record::EventKind;
+use crate::record::{CallGraph, EventKind};
 use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -84,6 +84,12 @@ pub struct CollectArgs {
     #[arg(long, value_name = "EVENT", default_value = "cpu-clock", value_parser = event_parser())]
     pub event: EventKind,
 
+    /// How stacks are recorded: auto (frame pointers plus an 8 KB user stack copy per sample, unwound with the
+    /// files' call frame information where frame pointers are missing, e.g. in libc), fp (frame pointers only:
+    /// smallest perf.data) or dwarf (a 32 KB stack copy, for deep native stacks).
+    #[arg(long, value_name = "MODE", default_value = "auto", value_parser = call_graph_parser())]
+    pub call_graph: CallGraph,
+
     /// Ring-buffer data pages per CPU (power of two, 1 to 1024). Default: as large as perf_event_mlock_kb allows,
     /// up to 512.
     #[arg(long, value_name = "PAGES", value_parser = parse_pages)]
@@ -139,6 +145,10 @@ pub struct PostprocessArgs {
     #[arg(long, value_name = "TEXT")]
     pub title: Option<String>,
 
+    /// Use only the kernel's frame-pointer callchains, not the samples' stack copies (to compare the two).
+    #[arg(long, hide = true)]
+    pub ignore_stack_copies: bool,
+
     #[command(flatten)]
     pub symbols: SymbolArgs,
 }
@@ -148,6 +158,12 @@ fn event_parser() -> impl clap::builder::TypedValueParser<Value = EventKind> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(EventKind::ALL.map(EventKind::name))
         .map(|name| EventKind::from_name(&name).expect("only the names of EventKind::ALL are possible"))
+}
+
+fn call_graph_parser() -> impl clap::builder::TypedValueParser<Value = CallGraph> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(CallGraph::ALL.map(CallGraph::name))
+        .map(|name| CallGraph::from_name(&name).expect("only the names of CallGraph::ALL are possible"))
 }
 
 fn parse_pid(s: &str) -> Result<u32, String> {

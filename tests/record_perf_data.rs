@@ -46,6 +46,7 @@ fn sample(id: u64, time: u64, callchain: Vec<u64>) -> Record {
         cpu: 1,
         period: 10_101_010,
         callchain,
+        user: None,
     })
 }
 

@@ -60,6 +60,7 @@ pub fn run(args: CollectArgs) -> Result<()> {
         frequency: args.freq,
         event: args.event,
         mmap_pages: args.mmap_pages,
+        call_graph: args.call_graph,
         output: run_dir.clone(),
         perf_data: pipeline::PERF_DATA_FILE.to_string(),
         progress: std::io::stderr().is_terminal(),

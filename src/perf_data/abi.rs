@@ -15,6 +15,19 @@ pub const SAMPLE_CPU: u64 = b::PERF_SAMPLE_CPU as u64;
 pub const SAMPLE_PERIOD: u64 = b::PERF_SAMPLE_PERIOD as u64;
 pub const SAMPLE_STREAM_ID: u64 = b::PERF_SAMPLE_STREAM_ID as u64;
 pub const SAMPLE_IDENTIFIER: u64 = b::PERF_SAMPLE_IDENTIFIER as u64;
+pub const SAMPLE_RAW: u64 = b::PERF_SAMPLE_RAW as u64;
+pub const SAMPLE_BRANCH_STACK: u64 = b::PERF_SAMPLE_BRANCH_STACK as u64;
+pub const SAMPLE_REGS_USER: u64 = b::PERF_SAMPLE_REGS_USER as u64;
+pub const SAMPLE_STACK_USER: u64 = b::PERF_SAMPLE_STACK_USER as u64;
+
+/// `PERF_SAMPLE_REGS_ABI_NONE`: the sample has no user registers (a kernel thread, or no user context).
+pub const REGS_ABI_NONE: u64 = b::PERF_SAMPLE_REGS_ABI_NONE as u64;
+/// `PERF_SAMPLE_REGS_ABI_64`: the registers of a 64-bit task.
+pub const REGS_ABI_64: u64 = b::PERF_SAMPLE_REGS_ABI_64 as u64;
+/// x86-64 register numbers of `sample_regs_user` (`arch/x86/include/uapi/asm/perf_regs.h`).
+pub const REG_X86_BP: u32 = b::PERF_REG_X86_BP;
+pub const REG_X86_SP: u32 = b::PERF_REG_X86_SP;
+pub const REG_X86_IP: u32 = b::PERF_REG_X86_IP;
 
 pub const FORMAT_TOTAL_TIME_ENABLED: u64 = b::PERF_FORMAT_TOTAL_TIME_ENABLED as u64;
 pub const FORMAT_TOTAL_TIME_RUNNING: u64 = b::PERF_FORMAT_TOTAL_TIME_RUNNING as u64;

@@ -123,6 +123,7 @@ impl Attr {
             sample_type: self.sample_type(),
             read_format: self.read_format(),
             sample_id_all: self.sample_id_all(),
+            regs_user_mask: self.fields.0.sample_regs_user,
         }
     }
 }

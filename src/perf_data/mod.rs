@@ -14,5 +14,5 @@ pub use attr::Attr;
 pub use header::{BuildIdEntry, EventDesc, Features};
 pub use reader::{PerfDataReader, ReadStats, Skimmed};
 pub use records::{Comm, Lost, Mmap, Record, Task};
-pub use sample::{Sample, SampleFormat, SampleId};
+pub use sample::{Sample, SampleFormat, SampleId, UserContext};
 pub use writer::PerfDataWriter;

@@ -1,8 +1,10 @@
 //! Samples and the `sample_id` trailer of other records: their fields and their codec, whose layout follows the
 //! attr's `sample_type`/`read_format`/`sample_id_all` (`include/uapi/linux/perf_event.h`, `PERF_RECORD_SAMPLE`).
 
+use super::abi::{CONTEXT_USER, REGS_ABI_NONE};
 use super::abi::{FORMAT_GROUP, FORMAT_ID, FORMAT_LOST, FORMAT_TOTAL_TIME_ENABLED, FORMAT_TOTAL_TIME_RUNNING};
 use super::abi::{SAMPLE_ADDR, SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_ID, SAMPLE_IDENTIFIER, SAMPLE_IP};
+use super::abi::{SAMPLE_BRANCH_STACK, SAMPLE_RAW, SAMPLE_REGS_USER, SAMPLE_STACK_USER};
 use super::abi::{SAMPLE_PERIOD, SAMPLE_READ, SAMPLE_STREAM_ID, SAMPLE_TID, SAMPLE_TIME};
 use super::bytes::{ByteReader, Encoder};
 use anyhow::{bail, Result};
@@ -30,6 +32,45 @@ pub struct Sample {
     pub period: u64,
     /// As the kernel wrote it: context markers (`PERF_CONTEXT_*`) interleaved with addresses, leaf first.
     pub callchain: Vec<u64>,
+    /// The user registers and stack copy, when the attr asked for them (`PERF_SAMPLE_REGS_USER`/`STACK_USER`) and
+    /// the sample has a user context.
+    pub user: Option<UserContext>,
+}
+
+/// What a sample carries for unwinding its user stack offline: the user-mode registers at the sample (at the system
+/// call or interrupt for a sample taken in the kernel) and a copy of the stack from the user stack pointer up.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UserContext {
+    /// `PERF_SAMPLE_REGS_ABI_*` (never `NONE` here: then the sample has no user context).
+    pub abi: u64,
+    /// The attr's `sample_regs_user`: bit N set means register N is in `regs`, in ascending bit order.
+    pub mask: u64,
+    pub regs: Vec<u64>,
+    /// The valid part of the stack copy (`dyn_size` bytes), starting at the user stack pointer.
+    pub stack: Vec<u8>,
+}
+
+impl UserContext {
+    /// Register number `reg` (`PERF_REG_*` of the architecture), if the mask selected it.
+    pub fn reg(&self, reg: u32) -> Option<u64> {
+        let bit = 1u64.checked_shl(reg)?;
+        if self.mask & bit == 0 {
+            return None;
+        }
+        self.regs.get((self.mask & (bit - 1)).count_ones() as usize).copied()
+    }
+}
+
+/// Tags the user part of a callchain that profcpu keeps after the valid bytes of a stack copy (`"PCUCHAIN"`).
+const USER_CHAIN_TAG: u64 = u64::from_le_bytes(*b"PCUCHAIN");
+
+/// The callchain entries stashed in the slack of a stack copy (after its valid bytes): `entries[n], n, tag`.
+fn stashed_user_chain(slack: &[u8]) -> Vec<u64> {
+    let words: Vec<u64> = slack.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
+    match words.as_slice() {
+        [entries @ .., n, tag] if *tag == USER_CHAIN_TAG && *n == entries.len() as u64 => entries.to_vec(),
+        _ => Vec::new(),
+    }
 }
 
 /// What a sample record and a `sample_id` trailer contain, from `sample_type`/`read_format`/`sample_id_all`.
@@ -38,6 +79,8 @@ pub struct SampleFormat {
     pub sample_type: u64,
     pub read_format: u64,
     pub sample_id_all: bool,
+    /// The attr's `sample_regs_user`: which registers a `PERF_SAMPLE_REGS_USER` sample carries.
+    pub regs_user_mask: u64,
 }
 
 impl SampleFormat {
@@ -116,11 +159,12 @@ impl SampleFormat {
         }
     }
 
-    /// Decodes a PERF_RECORD_SAMPLE body. Fields after the callchain (raw, branch stack, registers, …) are not
-    /// needed by profcpu and are ignored.
+    /// Decodes a PERF_RECORD_SAMPLE body up to the user registers and stack copy; later fields (weight, data source,
+    /// …) are not needed by profcpu and are ignored.
     pub fn parse_sample(&self, misc: u16, body: &[u8]) -> Result<Sample> {
         let mut c = ByteReader::new(body);
-        let mut s = Sample { misc, id: None, ip: 0, pid: 0, tid: 0, time: 0, cpu: 0, period: 1, callchain: vec![] };
+        let mut s =
+            Sample { misc, id: None, ip: 0, pid: 0, tid: 0, time: 0, cpu: 0, period: 1, callchain: vec![], user: None };
         if self.has(SAMPLE_IDENTIFIER) {
             s.id = Some(c.u64()?);
         }
@@ -170,7 +214,52 @@ impl SampleFormat {
             let raw = c.bytes(nr * 8)?;
             s.callchain = raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
         }
+        if self.has(SAMPLE_REGS_USER) || self.has(SAMPLE_STACK_USER) {
+            let mut user_chain = Vec::new();
+            s.user = self.parse_user_context(&mut c, &mut user_chain)?;
+            s.callchain.extend_from_slice(&user_chain);
+        }
         Ok(s)
+    }
+
+    /// The fields after the callchain, up to the stack copy: `{u32 size; char data[size]}` raw,
+    /// `{u64 nr; …}` branch stack, `{u64 abi; u64 regs[weight(mask)]}` user registers,
+    /// `{u64 size; char data[size]; u64 dyn_size}` user stack (`dyn_size` only when `size` is not 0).
+    ///
+    /// `user_chain` gets the user part of the callchain if profcpu stashed it in the stack copy (see
+    /// [`write_sample`](Self::write_sample)).
+    fn parse_user_context(&self, c: &mut ByteReader, user_chain: &mut Vec<u64>) -> Result<Option<UserContext>> {
+        if self.has(SAMPLE_RAW) {
+            let size = c.u32()? as usize;
+            c.skip(size)?;
+        }
+        if self.has(SAMPLE_BRANCH_STACK) {
+            // Its entry size depends on the attr's branch_sample_type, which profcpu does not keep: what follows
+            // cannot be located.
+            return Ok(None);
+        }
+        let mut user = UserContext { mask: self.regs_user_mask, ..Default::default() };
+        if self.has(SAMPLE_REGS_USER) {
+            user.abi = c.u64()?;
+            if user.abi != REGS_ABI_NONE {
+                let n = self.regs_user_mask.count_ones() as usize;
+                let raw = c.bytes(n * 8)?;
+                user.regs = raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
+            }
+        }
+        if self.has(SAMPLE_STACK_USER) {
+            let size = c.u64()? as usize;
+            if size != 0 {
+                if size > c.remaining() {
+                    bail!("a user stack copy of {size} bytes does not fit in the sample");
+                }
+                let data = c.bytes(size)?;
+                let valid = (c.u64()? as usize).min(size);
+                user.stack = data[..valid].to_vec();
+                *user_chain = stashed_user_chain(&data[valid.next_multiple_of(8).min(size)..]);
+            }
+        }
+        Ok((user.abi != REGS_ABI_NONE).then_some(user))
     }
 
     /// A sample's time without decoding the rest (0 when samples carry no time, as [`parse_sample`](Self::parse_sample)
@@ -215,10 +304,164 @@ impl SampleFormat {
         if self.has(SAMPLE_PERIOD) {
             e.u64(s.period);
         }
+        // With a stack copy, the user part of the callchain is stashed after it (see below).
+        let stash_from = match self.has(SAMPLE_STACK_USER) {
+            true => s.callchain.iter().position(|&a| a == CONTEXT_USER).unwrap_or(s.callchain.len()),
+            false => s.callchain.len(),
+        };
+        let (callchain, user_chain) = s.callchain.split_at(stash_from);
         if self.has(SAMPLE_CALLCHAIN) {
-            e.u64(s.callchain.len() as u64);
-            for &a in &s.callchain {
+            e.u64(callchain.len() as u64);
+            for &a in callchain {
                 e.u64(a);
+            }
+        }
+        let no_user = UserContext::default();
+        let user = s.user.as_ref().unwrap_or(&no_user);
+        if self.has(SAMPLE_REGS_USER) {
+            e.u64(user.abi);
+            if user.abi != REGS_ABI_NONE {
+                for i in 0..self.regs_user_mask.count_ones() as usize {
+                    e.u64(user.regs.get(i).copied().unwrap_or(0));
+                }
+            }
+        }
+        if self.has(SAMPLE_STACK_USER) {
+            // `size` bytes follow, of which `dyn_size` are the valid stack copy; readers (perf, the kernel's
+            // documentation) ignore the rest. The user part of the callchain goes there — `perf script` would print
+            // it before the frames it unwinds from the copy itself, as `perf record --call-graph dwarf` files never
+            // have one — followed by its length and a tag.
+            let valid = user.stack.len().next_multiple_of(8);
+            let stash = if user_chain.is_empty() { 0 } else { 8 * user_chain.len() + 16 };
+            e.u64((valid + stash) as u64);
+            if valid + stash != 0 {
+                e.bytes(&user.stack);
+                e.bytes(&vec![0; valid - user.stack.len()]);
+                if stash != 0 {
+                    for &a in user_chain {
+                        e.u64(a);
+                    }
+                    e.u64(user_chain.len() as u64);
+                    e.u64(USER_CHAIN_TAG);
+                }
+                e.u64(user.stack.len() as u64);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::abi::{CONTEXT_KERNEL, REGS_ABI_64};
+
+    const MASK: u64 = 0xff_0fff;
+
+    fn format() -> SampleFormat {
+        SampleFormat {
+            sample_type: SAMPLE_IDENTIFIER
+                | SAMPLE_IP
+                | SAMPLE_TID
+                | SAMPLE_TIME
+                | SAMPLE_CPU
+                | SAMPLE_PERIOD
+                | SAMPLE_CALLCHAIN
+                | SAMPLE_REGS_USER
+                | SAMPLE_STACK_USER,
+            read_format: 0,
+            sample_id_all: true,
+            regs_user_mask: MASK,
+        }
+    }
+
+    fn sample(callchain: Vec<u64>, stack_len: u8) -> Sample {
+        Sample {
+            misc: 1,
+            id: Some(7),
+            ip: 0x40_1000,
+            pid: 1,
+            tid: 2,
+            time: 3,
+            cpu: 1,
+            period: 9,
+            callchain,
+            user: Some(UserContext {
+                abi: REGS_ABI_64,
+                mask: MASK,
+                regs: (0..20).collect(),
+                stack: (0..stack_len).collect(),
+            }),
+        }
+    }
+
+    fn encode(f: &SampleFormat, s: &Sample) -> Vec<u8> {
+        let mut e = Encoder::new();
+        f.write_sample(&mut e, s);
+        e.into_inner()
+    }
+
+    #[test]
+    fn registers_stack_and_user_callchain_round_trip() {
+        let f = format();
+        let s = sample(vec![CONTEXT_KERNEL, 0xffff_ffff_8100_0000, CONTEXT_USER, 0x40_1000, 0x40_2000], 100);
+        let bytes = encode(&f, &s);
+        let back = f.parse_sample(1, &bytes).unwrap();
+        assert_eq!(back, s);
+        let user = back.user.unwrap();
+        // Register N is at its rank among the mask's bits: IP (8) is the 9th, R8 (16) the 13th, DS (12) is absent.
+        assert_eq!((user.reg(8), user.reg(16), user.reg(12), user.reg(64)), (Some(8), Some(12), None, None));
+        // What perf reads: a callchain of the kernel part only, then the registers, then a copy whose `dyn_size`
+        // covers exactly the stack bytes.
+        let words = |at: usize| u64::from_ne_bytes(bytes[at..at + 8].try_into().unwrap());
+        assert_eq!(words(48), 2, "callchain length on disk");
+        let stack_at = 48 + 8 + 2 * 8 + 8 + 20 * 8;
+        let size = words(stack_at) as usize;
+        assert_eq!(words(stack_at + 8 + size), 100, "dyn_size");
+        assert_eq!(bytes.len(), stack_at + 8 + size + 8);
+    }
+
+    #[test]
+    fn a_kernel_written_copy_keeps_only_its_valid_bytes() {
+        // As the kernel writes a sample (perf_event.h order): 64 bytes copied, 40 of them valid, no stash.
+        let mut e = Encoder::new();
+        for v in [7, 0x40_1000] {
+            e.u64(v); // identifier, ip
+        }
+        e.u32(1); // pid, tid
+        e.u32(2);
+        e.u64(3); // time
+        e.u32(1); // cpu, res
+        e.u32(0);
+        e.u64(9); // period
+        for v in [2, CONTEXT_USER, 0x40_1000] {
+            e.u64(v); // callchain
+        }
+        e.u64(REGS_ABI_64);
+        for r in 0..20 {
+            e.u64(r);
+        }
+        e.u64(64);
+        e.bytes(&[0xab; 64]);
+        e.u64(40);
+        let back = format().parse_sample(1, &e.into_inner()).unwrap();
+        assert_eq!(back.callchain, vec![CONTEXT_USER, 0x40_1000], "a callchain the stash did not hold is kept");
+        assert_eq!(back.user.unwrap().stack, vec![0xab; 40]);
+    }
+
+    #[test]
+    fn damaged_samples_are_errors_not_panics() {
+        let f = format();
+        let bytes = encode(&f, &sample(vec![CONTEXT_USER, 1, 2, 3], 200));
+        for cut in 0..bytes.len() {
+            let _ = f.parse_sample(1, &bytes[..cut]);
+        }
+        // Every word of the sample replaced by values that make sizes and counts absurd.
+        for at in (0..bytes.len()).step_by(8) {
+            for value in [0, 1, 0xfff8, u32::MAX as u64, u64::MAX] {
+                let mut damaged = bytes.clone();
+                let end = (at + 8).min(damaged.len());
+                damaged[at..end].copy_from_slice(&value.to_ne_bytes()[..end - at]);
+                let _ = f.parse_sample(1, &damaged);
             }
         }
     }

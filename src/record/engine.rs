@@ -88,7 +88,10 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
     let start_time = chrono::Local::now();
     target::raise_fd_limit();
     let cpus = target::online_cpus()?;
-    let data_pages = opts.mmap_pages.unwrap_or_else(ring::default_data_pages).max(1);
+    let asked_pages =
+        opts.mmap_pages.unwrap_or_else(|| ring::default_data_pages_for(opts.call_graph.stack_copy_bytes())).max(1);
+    let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, ring::page_size());
+    let stack_copy_bytes = call_graph.stack_copy_bytes();
     let spec = EventSpec {
         kind: opts.event,
         frequency: opts.frequency,
@@ -96,6 +99,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         inherit: !matches!(opts.target, Target::All),
         enable_on_exec: matches!(opts.target, Target::Command(_)),
         wakeup_bytes: (data_pages.saturating_mul(ring::page_size()) / 2).min(u32::MAX as usize) as u32,
+        stack_copy_bytes,
     };
     let max_cpu = cpus.iter().max().copied().unwrap_or(0) as usize;
     let mut session = Session {
@@ -122,6 +126,10 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         kernel_text: synthesize::kernel_text(),
         observer,
     };
+    if let Some(n) = ring_notice {
+        tracing::warn!("{n}");
+        session.notices.push(n);
+    }
     let mut launched = None;
     let (target_pid, target_cmdline, exit_watch) = match &opts.target {
         Target::Pid(pid) => {
@@ -242,7 +250,7 @@ impl Session<'_> {
         for &tid in initial.iter().filter(|&&t| t != pid) {
             self.open_task(tid, false)?;
         }
-        for record in synthesize::process(pid) {
+        for record in synthesize::process(pid, self.spec.stack_copy_bytes > 0) {
             self.write_synthesized(&record)?;
         }
         let initial_count = initial.len();
@@ -298,7 +306,7 @@ impl Session<'_> {
         self.create_writer(opts)?;
         self.write_kernel_text()?;
         for pid in crate::procfs::all_pids().context("cannot list /proc")? {
-            for record in synthesize::process(pid) {
+            for record in synthesize::process(pid, self.spec.stack_copy_bytes > 0) {
                 self.write_synthesized(&record)?;
             }
         }
@@ -528,6 +536,11 @@ impl Session<'_> {
             self.samples += 1;
             if let Ok(Record::Sample(sample)) = Record::decode(bytes, &self.format) {
                 self.dsos.on_sample(&sample);
+                if sample.user.is_some() {
+                    // Re-encoded: the codec keeps the user callchain where perf does not read it (see
+                    // SampleFormat::write_sample).
+                    return self.writer().write_record(&Record::Sample(sample));
+                }
             }
             return self.writer().write_raw(bytes);
         }

@@ -36,6 +36,8 @@ pub struct EventSpec {
     pub enable_on_exec: bool,
     /// Wake the reader when this many bytes are waiting in a ring buffer.
     pub wakeup_bytes: u32,
+    /// Bytes of user stack to copy into each sample, with the user registers (0: callchain only).
+    pub stack_copy_bytes: u32,
 }
 
 impl EventSpec {
@@ -71,6 +73,13 @@ pub fn build_attr(spec: &EventSpec) -> perf_event_attr {
     attr.set_enable_on_exec(spec.enable_on_exec as u64);
     attr.set_watermark(1);
     attr.__bindgen_anon_2.wakeup_watermark = spec.wakeup_bytes.max(1);
+    if spec.stack_copy_bytes > 0 {
+        attr.sample_type |= (abi::PERF_SAMPLE_REGS_USER | abi::PERF_SAMPLE_STACK_USER) as u64;
+        attr.sample_regs_user = super::call_graph::X86_64_USER_REGS;
+        attr.sample_stack_user = spec.stack_copy_bytes;
+        // Later mappings of files' other segments too (see synthesize::mappings): perf's unwinder needs them.
+        attr.set_mmap_data(1);
+    }
     if !spec.kernel {
         attr.set_exclude_kernel(1);
         attr.set_exclude_hv(1);
@@ -170,6 +179,7 @@ mod tests {
             inherit: true,
             enable_on_exec: false,
             wakeup_bytes: 4096,
+            stack_copy_bytes: 0,
         };
         let kernel_attr = build_attr(&spec);
         let attr = Attr::from_kernel(&kernel_attr);
@@ -181,5 +191,10 @@ mod tests {
         assert_eq!(attr.sample_type(), SAMPLE_TYPE);
 
         assert_eq!(build_attr(&EventSpec { kernel: false, ..spec }).exclude_callchain_kernel(), 1);
+
+        let copies = Attr::from_kernel(&build_attr(&EventSpec { stack_copy_bytes: 8192, ..spec }));
+        let format = copies.sample_format();
+        assert_eq!(format.sample_type, SAMPLE_TYPE | (abi::PERF_SAMPLE_REGS_USER | abi::PERF_SAMPLE_STACK_USER) as u64);
+        assert_eq!(format.regs_user_mask.count_ones(), 20);
     }
 }

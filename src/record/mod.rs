@@ -2,6 +2,7 @@
 //! records streamed into a perf.data as they arrive.
 
 mod buildid;
+mod call_graph;
 pub mod dotnet_ipc;
 mod dsos;
 mod engine;
@@ -14,6 +15,7 @@ pub mod ring;
 pub mod synthesize;
 pub mod target;
 
+pub use call_graph::CallGraph;
 pub use engine::{check_target, record};
 pub use events::SAMPLE_TYPE;
 pub use progress::status_line;
@@ -69,6 +71,8 @@ pub struct RecordOptions {
     pub event: EventKind,
     /// Ring-buffer data pages per CPU (a power of two); `None` picks a size that fits `perf_event_mlock_kb`.
     pub mmap_pages: Option<usize>,
+    /// How stacks are recorded.
+    pub call_graph: CallGraph,
     /// The folder to write perf.data into, and its name there (it must not exist).
     pub output: Dir,
     pub perf_data: String,

@@ -4,7 +4,7 @@
 //!
 //! Synthesized records carry time 0 and id 0 in their `sample_id`, as perf's do: they sort before every kernel record.
 
-use crate::perf_data::abi::{MISC_KERNEL, MISC_USER};
+use crate::perf_data::abi::{MISC_KERNEL, MISC_MMAP_DATA, MISC_USER};
 use crate::perf_data::{Comm, Mmap, Record, SampleId, Task};
 use crate::procfs::{MapsEntry, Process};
 use std::io;
@@ -42,10 +42,26 @@ fn mmap2_of(pid: u32, e: &MapsEntry) -> Record {
     })
 }
 
-/// MMAP2 records for the executable mappings of a process.
-fn mappings(process: &Process) -> io::Result<Vec<Record>> {
+/// MMAP2 records for the executable mappings of a process; with `file_data`, also for its other file mappings,
+/// marked `PERF_RECORD_MISC_MMAP_DATA` as `perf record --data` does: perf's libunwind-based DWARF unwinder reads a
+/// library's `.eh_frame_hdr` through the process's address space, and in most libraries it lies in a read-only,
+/// non-executable segment.
+fn mappings(process: &Process, file_data: bool) -> io::Result<Vec<Record>> {
     let pid = process.pid();
-    Ok(process.maps()?.iter().filter(|e| e.is_executable()).map(|e| mmap2_of(pid, e)).collect())
+    Ok(process
+        .maps()?
+        .iter()
+        .filter(|e| e.is_executable() || (file_data && e.path.starts_with('/')))
+        .map(|e| {
+            let mut record = mmap2_of(pid, e);
+            if let Record::Mmap(m) = &mut record {
+                if !e.is_executable() {
+                    m.misc |= MISC_MMAP_DATA;
+                }
+            }
+            record
+        })
+        .collect())
 }
 
 /// FORK (for a thread other than the leader) then COMM for one thread; nothing if it is gone.
@@ -68,9 +84,9 @@ fn thread_of(process: &Process, tid: u32) -> Vec<Record> {
     out
 }
 
-/// Everything perf would synthesize for one process: its threads, then its executable mappings. A process that
-/// exits while being read yields what was read.
-pub fn process(pid: u32) -> Vec<Record> {
+/// Everything perf would synthesize for one process: its threads, then its executable mappings (and its other file
+/// mappings with `file_data`, see [`mappings`]). A process that exits while being read yields what was read.
+pub fn process(pid: u32, file_data: bool) -> Vec<Record> {
     let Ok(process) = Process::open(pid) else { return vec![] };
     let mut out = Vec::new();
     let mut tids = process.thread_ids().unwrap_or_default();
@@ -80,7 +96,7 @@ pub fn process(pid: u32) -> Vec<Record> {
     }
     if !out.is_empty() {
         // Kernel threads have no maps; a process that vanished reads as empty too.
-        out.extend(mappings(&process).unwrap_or_default());
+        out.extend(mappings(&process, file_data).unwrap_or_default());
     }
     out
 }
@@ -162,12 +178,25 @@ mod tests {
     #[test]
     fn this_process_synthesizes_itself() {
         let me = std::process::id();
-        let records = process(me);
+        let records = process(me, false);
         let Some(Record::Comm(first)) = records.first() else { panic!("{records:?}") };
         assert_eq!((first.pid, first.tid), (me, me));
         // The test binary runs from an executable mapping of itself.
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
         assert!(records.iter().any(|r| matches!(r, Record::Mmap(m) if m.filename == exe.to_str().unwrap())));
         assert!(records.iter().any(|r| matches!(r, Record::Mmap(m) if m.filename == "[vdso]")));
+        assert!(records.iter().all(|r| !matches!(r, Record::Mmap(m) if m.misc & MISC_MMAP_DATA != 0)));
+
+        // With file data: the binary's read-only segments too, marked as data; anonymous memory never.
+        let with_data = process(me, true);
+        let data: Vec<&Mmap> = with_data
+            .iter()
+            .filter_map(|r| match r {
+                Record::Mmap(m) if m.misc & MISC_MMAP_DATA != 0 => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert!(data.iter().any(|m| m.filename == exe.to_str().unwrap() && m.prot & libc::PROT_EXEC as u32 == 0));
+        assert!(data.iter().all(|m| m.filename.starts_with('/')));
     }
 }

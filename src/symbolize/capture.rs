@@ -2,8 +2,8 @@
 //! /tmp (or working directory) and, in a container, only as long as its mount namespace does; so while collecting,
 //! [`Capture`] copies them into `<out>/symbols/` as soon as they appear and again whenever they grow. Files the
 //! target maps are opened while it lives, so they stay readable after it exits. At the end it writes the symbols
-//! the samples hit (see [`captured`](super::symbols_dir) for the format), so `postprocess` can name every frame
-//! offline.
+//! the samples hit and the unwind info of the files their stack copies were unwound through (see
+//! [`captured`](super::symbols_dir) for the format), so `postprocess` can name every frame offline.
 //!
 //! Everything is written through the descriptor of the output folder (see [`crate::fs::dir`]), and what is copied
 //! must pass [`jit_files::open_trusted`]: a regular file of the target's own (not a symlink to one), owned by root

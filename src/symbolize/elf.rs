@@ -108,7 +108,10 @@ impl ElfImage {
             if !wanted.contains(&kind) {
                 continue;
             }
-            if kind == abi::SHT_PROGBITS && sections.section_name(endian, section) != Ok(b".gnu_debuglink") {
+            // Of the PROGBITS sections, the debuglink, and `.debug_frame` (call frame information a debug file may be
+            // the only holder of).
+            let name = sections.section_name(endian, section);
+            if kind == abi::SHT_PROGBITS && name != Ok(b".gnu_debuglink") && name != Ok(b".debug_frame") {
                 continue;
             }
             ranges.extend(section.file_range(endian));

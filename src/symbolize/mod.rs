@@ -4,8 +4,9 @@
 //! file's `.eh_frame`, a ReadyToRun image's code blocks). Works from recorded data so `postprocess` can use it
 //! offline.
 //!
-//! Entry points: [`Symbolizer`] (names a recording's samples one by one, in time order), [`Capture`] (saves
-//! what naming needs while the target lives, for offline use through [`SymbolizeOptions::offline`]).
+//! Entry points: [`Symbolizer`] (names a recording's samples one by one, in time order, first walking the user
+//! stack copies they carry with [`unwind`]), [`Capture`] (saves what naming and unwinding need while the target
+//! lives, for offline use through [`SymbolizeOptions::offline`]).
 
 mod address_space;
 mod capture;
@@ -30,6 +31,7 @@ mod sources;
 pub mod symbol_server;
 mod symbolizer;
 mod symbols_dir;
+pub mod unwind;
 
 pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
 pub use options::SymbolizeOptions;

@@ -16,6 +16,8 @@ pub struct SymbolizeOptions {
     pub debug_roots: Vec<PathBuf>,
     /// Trust perf maps and jitdumps whatever their owner.
     pub force_maps: bool,
+    /// Use only the kernel's frame-pointer callchains, not the stack copies samples may carry (to compare the two).
+    pub ignore_stack_copies: bool,
 }
 
 impl SymbolizeOptions {

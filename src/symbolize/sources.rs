@@ -246,7 +246,8 @@ impl Sources {
             _ => None,
         };
         let roots = SearchRoots { target_root: root.clone(), host: true, extra: self.opts.debug_roots.clone() };
-        let preopened = self.preopened.remove(&*m.file);
+        // A copy of the handle: the unwinder may need the same file.
+        let preopened = self.preopened.get(&*m.file).and_then(|f| f.try_clone().ok());
         let opened_early = preopened.is_some();
         let file = match preopened {
             Some(f) => Ok(f),
@@ -278,6 +279,35 @@ impl Sources {
                 DsoSymbols::Opaque { reason: e }
             }
         }
+    }
+
+    /// The file behind a mapping, opened as for its symbols: the capture's handle, else through the live target's
+    /// root. `None` when live lookups are off or it cannot be opened.
+    pub fn open_mapped(&mut self, pid: u32, m: &Mapping, processes: &Processes) -> Option<File> {
+        if !self.opts.live || m.kind != MapKind::File {
+            return None;
+        }
+        if let Some(f) = self.preopened.get(&*m.file) {
+            return f.try_clone().ok();
+        }
+        let info = self.live_process(pid, processes);
+        let root = info.as_ref().and_then(container_root);
+        open_mapped_file(pid, m, info.is_some(), root.as_ref()).ok()
+    }
+
+    /// The `.debug_frame` of a mapped file's split debug file (found and verified as for its symbols), for a file
+    /// that carries no call frame information itself. `None` offline, or when there is none.
+    pub fn debug_frame(&mut self, pid: u32, m: &Mapping, processes: &Processes) -> Option<Vec<u8>> {
+        use object::{Object, ObjectSection};
+        let file = self.open_mapped(pid, m, processes)?;
+        let image = super::elf::ElfImage::read(&file).ok()??;
+        let info = super::elf::inspect(image.bytes()).ok()?;
+        let root = self.live_process(pid, processes).as_ref().and_then(container_root);
+        let roots = SearchRoots { target_root: root, host: true, extra: self.opts.debug_roots.clone() };
+        let found = super::debug_search::find_debug_file(&m.file.path, &info, &roots, &mut Default::default())?;
+        let debug = object::File::parse(found.data.bytes()).ok()?;
+        let data = debug.section_by_name(".debug_frame")?.data().ok()?;
+        (!data.is_empty()).then(|| data.to_vec())
     }
 
     /// The process as it is now in `/proc`, if live lookups are allowed, it still runs, and it is still the program
@@ -386,4 +416,10 @@ fn open_mapped_file(pid: u32, m: &Mapping, alive: bool, root: Option<&Root>) -> 
             Ok(f)
         }
     }
+}
+
+/// The root a live process's files are read through when it lives in another mount namespace (a container);
+/// `None` when it shares ours or its root cannot be opened.
+fn container_root(info: &ProcessInfo) -> Option<Root> {
+    info.in_container().then(|| info.root().ok()).flatten()
 }

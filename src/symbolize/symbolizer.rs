@@ -9,9 +9,11 @@ use super::kallsyms::KERNEL_MODULE;
 use super::options::SymbolizeOptions;
 use super::sources::Sources;
 use super::symbols_dir::Usage;
+use super::unwind::{CfiFiles, CodeModule, LiveFile, ModuleSource, StackWalker, UnwindStats, UserRegs, WalkEnd};
 use super::{Frame, FrameKind, ResolvedSample, Stack};
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
+use crate::perf_data::abi::{REGS_ABI_64, REG_X86_BP, REG_X86_IP, REG_X86_SP};
 use crate::perf_data::{BuildIdEntry, PerfDataReader, ReadStats, Record, Sample, Skimmed};
 use anyhow::Result;
 use rustc_hash::FxHashMap;
@@ -37,6 +39,8 @@ pub struct SymbolizeStats {
     pub read: ReadStats,
     /// Every distinct warning, in the order raised (each also logged once).
     pub warnings: Vec<String>,
+    /// How the samples' stack copies were unwound.
+    pub unwind: UnwindStats,
 }
 
 /// What names every address of one code range: a resolved frame minus its address (what the cache stores;
@@ -135,6 +139,13 @@ const RELEASE_ABOVE: u64 = 16 << 20;
 /// x86-64 kernel addresses live in the upper half; used only when a chain carries no context marker.
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 
+/// In a callchain rebuilt from a stack copy, where the walk was cut short: shown as a marker frame. A value in the
+/// range of perf's context markers that perf itself does not use (`PERF_CONTEXT_MAX + 1`), never written to a file.
+const UNWIND_STOPPED: u64 = CONTEXT_MAX + 1;
+
+/// The marker frame's name.
+pub const UNWIND_STOPPED_NAME: &str = "[unwinding stopped]";
+
 pub struct Symbolizer {
     sources: Sources,
     processes: Processes,
@@ -156,6 +167,12 @@ pub struct Symbolizer {
     kernel_module: Arc<str>,
     unknown_module: Arc<str>,
     hidden_kernel: Arc<str>,
+    unwind_stopped: Arc<str>,
+    walker: StackWalker,
+    cfi: CfiFiles,
+    ignore_stack_copies: bool,
+    /// The callchain a stack copy's walk rebuilt (reused).
+    unwound: Vec<u64>,
 }
 
 impl Symbolizer {
@@ -175,6 +192,11 @@ impl Symbolizer {
             kernel_module: Arc::from(KERNEL_MODULE),
             unknown_module: Arc::from("[unknown]"),
             hidden_kernel: Arc::from("[kernel]"),
+            unwind_stopped: Arc::from(UNWIND_STOPPED_NAME),
+            walker: StackWalker::default(),
+            cfi: CfiFiles::new(opts.captured_dir.as_ref()),
+            ignore_stack_copies: opts.ignore_stack_copies,
+            unwound: Vec::new(),
         })
     }
 
@@ -196,7 +218,9 @@ impl Symbolizer {
     }
 
     pub(crate) fn take_usage(&mut self) -> Option<Usage> {
-        self.usage.take()
+        let mut usage = self.usage.take()?;
+        usage.cfi = self.cfi.live_loaded();
+        Some(usage)
     }
 
     /// Names every sample of a recording and hands each to `f` as soon as it is named, in time order; only an
@@ -282,6 +306,21 @@ impl Symbolizer {
             self.warn(format!("perf.data: {problem}"));
         }
         self.stats.read = read;
+        for w in std::mem::take(&mut self.cfi.warnings) {
+            self.warn(w);
+        }
+        let u = self.stats.unwind;
+        if u.walked > 0 {
+            tracing::info!(
+                "unwound {} stack copies: {} to the outermost frame, {} joined to the frame-pointer chain, {} kept the \
+                 longer frame-pointer chain, {} cut short",
+                u.walked,
+                u.complete,
+                u.joined,
+                u.frame_pointers,
+                u.stopped
+            );
+        }
         let mut stats = std::mem::take(&mut self.stats);
         stats.warnings = std::mem::take(&mut self.sources.warnings.list);
         Ok(stats)
@@ -300,6 +339,33 @@ impl Symbolizer {
         }
     }
 
+    /// The sample's callchain with its user part walked from the stack copy the sample carries (into
+    /// `self.unwound`); false when it carries none (or copies are ignored), and the kernel's callchain stands.
+    fn unwind(&mut self, s: &Sample) -> bool {
+        if self.ignore_stack_copies {
+            return false;
+        }
+        let Some(user) = s.user.as_ref().filter(|u| u.abi == REGS_ABI_64) else { return false };
+        let (Some(ip), Some(sp), Some(bp)) = (user.reg(REG_X86_IP), user.reg(REG_X86_SP), user.reg(REG_X86_BP)) else {
+            return false;
+        };
+        let Some(process) = self.processes.get(s.pid) else { return false };
+        let space = (process.space.id, process.space.generation);
+        let mut modules =
+            Modules { pid: s.pid, processes: &self.processes, sources: &mut self.sources, cfi: &mut self.cfi };
+        let walk = self.walker.walk(space, &mut modules, UserRegs { ip, sp, bp }, &user.stack, &s.callchain);
+        self.stats.unwind.count(walk.end);
+        let kernel_part = s.callchain.iter().position(|&a| a == CONTEXT_USER).unwrap_or(s.callchain.len());
+        self.unwound.clear();
+        self.unwound.extend_from_slice(&s.callchain[..kernel_part]);
+        self.unwound.push(CONTEXT_USER);
+        self.unwound.extend_from_slice(&walk.frames);
+        if walk.end == WalkEnd::Stopped {
+            self.unwound.push(UNWIND_STOPPED);
+        }
+        true
+    }
+
     /// Names one sample's frames, leaf first, context markers removed.
     fn resolve(&mut self, s: &Sample, event: Arc<str>) -> ResolvedSample {
         let comm = self.processes.comm(s.pid, s.tid);
@@ -307,10 +373,14 @@ impl Symbolizer {
             Some(p) => (p.space.id, p.space.generation),
             None => (u64::MAX - s.pid as u64, 0),
         };
+        // Unwinding first: the walked chain, not the recorded one, tells which stack this is.
+        let unwound = self.unwind(s);
+        let chain = std::mem::take(&mut self.unwound);
+        let callchain = if unwound { &chain[..] } else { &s.callchain[..] };
         let key = &mut self.stack_key;
         key.clear();
         key.extend_from_slice(&[space.0, space.1, (s.misc & MISC_CPUMODE_MASK) as u64, s.ip]);
-        key.extend_from_slice(&s.callchain);
+        key.extend_from_slice(callchain);
         self.stack_lookups += 1;
         if self.stack_lookups == HIT_RATE_SAMPLES {
             self.share_stacks = self.stack_hits * 4 >= self.stack_lookups;
@@ -324,7 +394,7 @@ impl Symbolizer {
             }
             _ => {
                 let mut steady = 0..u64::MAX;
-                let frames = self.resolve_frames(s, &mut steady);
+                let frames = self.resolve_frames(s, callchain, &mut steady);
                 let counts = FrameCounts::of(&frames);
                 self.stats.count(&counts);
                 if self.stack_cache_frames + frames.len() > STACK_CACHE_FRAMES {
@@ -338,18 +408,25 @@ impl Symbolizer {
                 stack
             }
         };
+        self.unwound = chain;
         ResolvedSample { pid: s.pid, tid: s.tid, cpu: s.cpu, time: s.time, period: s.period, comm, event, frames }
     }
 
     /// Names a sample's frames; narrows `steady` to the times at which the same chain gets the same names.
-    fn resolve_frames(&mut self, s: &Sample, steady: &mut Range<u64>) -> Vec<Frame> {
-        let mut frames = Vec::with_capacity(s.callchain.len().max(1));
-        let has_addresses = s.callchain.iter().any(|&a| a < CONTEXT_MAX);
+    fn resolve_frames(&mut self, s: &Sample, callchain: &[u64], steady: &mut Range<u64>) -> Vec<Frame> {
+        let mut frames = Vec::with_capacity(callchain.len().max(1));
+        let has_addresses = callchain.iter().any(|&a| a < CONTEXT_MAX);
         let sample_in_kernel = s.misc & MISC_CPUMODE_MASK == MISC_KERNEL;
         if has_addresses {
             let mut in_kernel: Option<bool> = None;
             let mut leaf = true;
-            for &entry in &s.callchain {
+            for &entry in callchain {
+                if entry == UNWIND_STOPPED {
+                    let marker = Some(self.unwind_stopped.clone());
+                    let module = self.unknown_module.clone();
+                    frames.push(Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown });
+                    continue;
+                }
                 if entry >= CONTEXT_MAX {
                     in_kernel = match entry {
                         CONTEXT_KERNEL | CONTEXT_HV | CONTEXT_GUEST_KERNEL => Some(true),
@@ -506,5 +583,54 @@ impl Symbolizer {
 
     fn warn(&mut self, msg: String) {
         self.sources.warnings.warn(msg);
+    }
+}
+
+/// The modules of one process's address space, as the stack walker asks for them: its file mappings with their
+/// unwind info (JIT code and the vDSO have none: frame pointers unwind them).
+struct Modules<'a> {
+    pid: u32,
+    processes: &'a Processes,
+    sources: &'a mut Sources,
+    cfi: &'a mut CfiFiles,
+}
+
+/// A mapped file as its unwind info is read from the live system.
+struct LiveMapped<'a> {
+    sources: &'a mut Sources,
+    processes: &'a Processes,
+    pid: u32,
+    mapping: &'a Mapping,
+}
+
+impl LiveFile for LiveMapped<'_> {
+    fn open(&mut self) -> Option<File> {
+        self.sources.open_mapped(self.pid, self.mapping, self.processes)
+    }
+
+    fn debug_frame(&mut self) -> Option<Vec<u8>> {
+        self.sources.debug_frame(self.pid, self.mapping, self.processes)
+    }
+}
+
+impl ModuleSource for Modules<'_> {
+    fn mapping_start(&self, addr: u64) -> Option<u64> {
+        let m = self.processes.get(self.pid)?.space.find(addr)?;
+        (m.kind == MapKind::File).then_some(m.start)
+    }
+
+    fn is_code(&self, addr: u64) -> bool {
+        self.processes
+            .get(self.pid)
+            .and_then(|p| p.space.find(addr))
+            .is_some_and(|m| matches!(m.kind, MapKind::File | MapKind::Jit | MapKind::Vdso))
+    }
+
+    fn module_at(&mut self, addr: u64) -> Option<CodeModule> {
+        let m = self.processes.get(self.pid)?.space.find(addr)?;
+        let mut live = LiveMapped { sources: &mut *self.sources, processes: self.processes, pid: self.pid, mapping: m };
+        let cfi = self.cfi.get(&m.file, &mut live)?;
+        let base_avma = cfi.bias(m.start, m.pgoff)?;
+        Some(CodeModule { avma: m.start..m.end, base_avma, cfi, name: m.file.path.to_string() })
     }
 }

@@ -11,6 +11,8 @@
 //! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled; `OFFSET SIZE` alone is a function without a name (from `.eh_frame`), shown as one frame |
 //! | `r2r-N.syms`      | the same for a ReadyToRun image: `.NET` method names as the runtime spells them, `OFFSET SIZE` alone for an unnamed code block; its frames are managed code |
 //! | `kernel.syms`     | `START SIZE MODULE NAME` per kernel symbol; a line `# hidden` when kallsyms was hidden |
+//! | `unwind.txt`      | `CFIFILE MAJ:MIN:INO BUILDID PATH` (as `dsos.txt`) per mapped file that stack copies were unwound through |
+//! | `unwind-N.cfi`    | its unwind info: text header lines (`load`, `text`, `got`, `section NAME SVMA SIZE`), a `data` line, then the bytes of its `.eh_frame_hdr`, `.eh_frame` and/or `.debug_frame` (see `unwind::ModuleCfi::encode`) |
 //!
 //! Only the symbols that samples hit are saved: exact for this recording and tiny (a few KB instead of a
 //! libcoreclr symbol table of megabytes).
@@ -22,6 +24,7 @@ use super::kallsyms::{KernelSymbol, KernelSymbols};
 use super::name_limit;
 use super::perf_map::{parse_hex, parse_line};
 use super::ranges::{Range, RangeTable};
+use super::unwind::ModuleCfi;
 use crate::fs::{Dir, Limit};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
@@ -127,13 +130,7 @@ impl CapturedDir {
     /// The captured entry for a mapped file: same identity, else same path and build-id, else the only entry with
     /// that path.
     pub fn find_dso(&self, id: &FileId) -> Option<&CapturedDso> {
-        let same_path = || self.dsos.iter().filter(|d| d.path == *id.path);
-        same_path()
-            .find(|d| {
-                d.maj == id.maj && d.min == id.min && d.ino == id.ino && d.build_id.as_deref() == id.build_id.as_deref()
-            })
-            .or_else(|| id.build_id.as_ref().and_then(|b| same_path().find(|d| d.build_id.as_deref() == Some(&b[..]))))
-            .or_else(|| if same_path().count() == 1 { same_path().next() } else { None })
+        find_entry(&self.dsos, id)
     }
 
     pub fn load_dso_table(&self, symfile: &str) -> Result<CapturedTable> {
@@ -219,7 +216,20 @@ fn parse_unnamed_line(line: &str) -> Option<(u64, u64)> {
     Some((start, start.checked_add(size)?))
 }
 
-fn parse_dso_line(line: &str) -> Option<CapturedDso> {
+/// The entry of an index (`dsos.txt`, `unwind.txt`) for a mapped file: same identity, else same path and build-id,
+/// else the only entry with that path.
+pub fn find_entry<'a>(entries: &'a [CapturedDso], id: &FileId) -> Option<&'a CapturedDso> {
+    let same_path = || entries.iter().filter(|d| d.path == *id.path);
+    same_path()
+        .find(|d| {
+            d.maj == id.maj && d.min == id.min && d.ino == id.ino && d.build_id.as_deref() == id.build_id.as_deref()
+        })
+        .or_else(|| id.build_id.as_ref().and_then(|b| same_path().find(|d| d.build_id.as_deref() == Some(&b[..]))))
+        .or_else(|| if same_path().count() == 1 { same_path().next() } else { None })
+}
+
+/// One index line: `FILE MAJ:MIN:INO BUILDID PATH`.
+pub fn parse_dso_line(line: &str) -> Option<CapturedDso> {
     let mut f = line.splitn(4, ' ');
     let symfile = f.next()?;
     let (maj, rest) = f.next()?.split_once(':')?;
@@ -234,6 +244,12 @@ fn parse_dso_line(line: &str) -> Option<CapturedDso> {
         build_id: if build_id == "-" { None } else { Some(unhex(build_id)?) },
         path: name_limit::cap_string(unescape_path(path)),
     })
+}
+
+/// One line of an index (`dsos.txt`, `unwind.txt`): the inverse of [`parse_dso_line`].
+pub fn index_line(file: &str, id: &FileId) -> String {
+    let build_id = id.build_id.as_deref().map_or("-".to_string(), hex);
+    format!("{file} {}:{}:{} {build_id} {}\n", id.maj, id.min, id.ino, escape_path(&id.path))
 }
 
 /// Ranges of one file that were hit, by start (file offsets): `(end, name)`, no name for an unnamed function.
@@ -254,6 +270,8 @@ pub struct Usage {
     pub dsos: HashMap<Arc<FileId>, Option<HitFile>>,
     pub kernel: BTreeMap<u64, (u64, Arc<str>, Arc<str>)>,
     pub kernel_hidden: bool,
+    /// The unwind info of every file stack copies were unwound through.
+    pub cfi: Vec<(Arc<FileId>, Arc<ModuleCfi>)>,
 }
 
 impl Usage {
@@ -309,8 +327,7 @@ pub fn write_usage(dir: &Dir, usage: &Usage) -> Result<u64> {
             }
             None => "-".to_string(),
         };
-        let build_id = id.build_id.as_deref().map_or("-".to_string(), hex);
-        index.push_str(&format!("{symfile} {}:{}:{} {build_id} {}\n", id.maj, id.min, id.ino, escape_path(&id.path)));
+        index.push_str(&index_line(&symfile, id));
     }
     written += index.len() as u64;
     dir.write_file(DSOS_FILE, index.as_bytes())?;
@@ -324,6 +341,7 @@ pub fn write_usage(dir: &Dir, usage: &Usage) -> Result<u64> {
     }
     written += text.len() as u64;
     dir.write_file(KERNEL_FILE, text.as_bytes())?;
+    written += super::unwind::write_saved(dir, &usage.cfi)?;
     Ok(written)
 }
 

@@ -18,6 +18,7 @@
 //! | [`podman`] | real containers (podman + runc) from local images, the static binary inside them |
 //! | [`hostile`] | a hostile user (`nobody`) and container: planted links, swapped folders, renames in a race |
 //! | [`chromium`] | headless Chromium for the flame graph |
+//! | [`unwind`] | the C workload inside libc, how far stacks reach, perf script text by sample |
 #![allow(dead_code)]
 
 pub mod busy;
@@ -35,6 +36,7 @@ pub mod report;
 pub mod running_app;
 pub mod scratch;
 pub mod symbolize;
+pub mod unwind;
 pub mod webapi;
 
 /// The binary under test, as cargo built it for the test run.

@@ -147,11 +147,16 @@ impl Api {
     /// `examples/webapi/run.sh --foreground` on the host: the runtime writes `/tmp/perf-PID.map` on the host.
     pub fn on_host(work: &Scratch) -> Api {
         prepared();
+        Api::on_host_with(work, DOTNET_VERSION)
+    }
+
+    /// [`on_host`](Api::on_host) on another .NET version (`run.sh --runtime VERSION`, e.g. `8`).
+    pub fn on_host_with(work: &Scratch, version: &str) -> Api {
         let port = free_port();
         let mut cmd = Command::new("bash");
         cmd.arg(repo().join("examples/webapi/run.sh")).args([
             "--runtime",
-            DOTNET_VERSION,
+            version,
             "--foreground",
             "--port",
             &port.to_string(),

@@ -1,0 +1,149 @@
+//! Refusing call frame information that could make unwinding loop forever. framehop evaluates the DWARF expressions
+//! of CFI rules (`DW_CFA_def_cfa_expression`, `DW_CFA_expression`, `DW_CFA_val_expression`) without an iteration
+//! limit, so one backward `DW_OP_skip`/`DW_OP_bra` in a hostile file would hang the walk. Compilers never emit
+//! backward branches there, so a section that has one is dropped (its frames are then unwound by frame pointer).
+//! Every entry is checked by a walk through the section; `.eh_frame_hdr` could point framehop at an entry that walk
+//! never reached (or into the middle of one), so it is kept only if each FDE it points to is one the walk checked.
+
+use super::cfi::{CfiSection, ModuleCfi};
+use gimli::{BaseAddresses, CallFrameInstruction, CieOrFde, EhFrameHdr, EndianSlice, LittleEndian, Operation};
+use gimli::{DebugFrame, EhFrame, UnwindSection};
+use std::collections::HashSet;
+
+type Slice<'a> = EndianSlice<'a, LittleEndian>;
+
+/// `cfi` with every section that fails the check removed, and why each was.
+pub fn without_looping_expressions(mut cfi: ModuleCfi) -> (ModuleCfi, Vec<String>) {
+    let mut problems = Vec::new();
+    let bases = BaseAddresses::default()
+        .set_eh_frame(cfi.eh_frame.as_ref().map_or(0, |s| s.svma))
+        .set_eh_frame_hdr(cfi.eh_frame_hdr.as_ref().map_or(0, |s| s.svma))
+        .set_text(cfi.text.as_ref().map_or(0, |r| r.start))
+        .set_got(cfi.got.as_ref().map_or(0, |r| r.start));
+    if let Some(section) = &cfi.eh_frame {
+        let mut eh_frame = EhFrame::new(&section.data, LittleEndian);
+        eh_frame.set_address_size(8);
+        match checked_fdes(&eh_frame, &bases) {
+            Ok(fdes) => {
+                if let Some(hdr) = &cfi.eh_frame_hdr {
+                    if let Err(why) = hdr_points_into(hdr, &fdes, &bases) {
+                        problems.push(format!(".eh_frame_hdr dropped: {why}"));
+                        cfi.eh_frame_hdr = None;
+                    }
+                }
+            }
+            Err(why) => {
+                problems.push(format!(".eh_frame dropped: {why}"));
+                (cfi.eh_frame, cfi.eh_frame_hdr) = (None, None);
+            }
+        }
+    }
+    if let Some(section) = &cfi.debug_frame {
+        let mut debug_frame = DebugFrame::new(&section.data, LittleEndian);
+        debug_frame.set_address_size(8);
+        if let Err(why) = checked_fdes(&debug_frame, &bases) {
+            problems.push(format!(".debug_frame dropped: {why}"));
+            cfi.debug_frame = None;
+        }
+    }
+    (cfi, problems)
+}
+
+/// Walks every entry of the section, checking the instructions of each CIE and FDE (and of the CIE each FDE names,
+/// wherever it is); returns the offsets of the FDEs checked. The walk stops where the section stops making sense, as
+/// framehop's own index of a section without `.eh_frame_hdr` does.
+fn checked_fdes<'a, S: UnwindSection<Slice<'a>>>(section: &S, bases: &BaseAddresses) -> Result<HashSet<u64>, String> {
+    let mut fdes = HashSet::new();
+    let mut entries = section.entries(bases);
+    while let Ok(Some(entry)) = entries.next() {
+        match entry {
+            CieOrFde::Cie(cie) => check_instructions(section, cie.instructions(section, bases))?,
+            CieOrFde::Fde(partial) => {
+                let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else { continue };
+                check_instructions(section, fde.cie().instructions(section, bases))?;
+                check_instructions(section, fde.instructions(section, bases))?;
+                fdes.insert(fde.offset() as u64);
+            }
+        }
+    }
+    Ok(fdes)
+}
+
+fn check_instructions<'a, S: UnwindSection<Slice<'a>>>(
+    section: &S,
+    mut instructions: gimli::CallFrameInstructionIter<'_, Slice<'a>>,
+) -> Result<(), String> {
+    // A malformed instruction ends its list for gimli too (the row is never computed).
+    while let Ok(Some(instruction)) = instructions.next() {
+        let expression = match instruction {
+            CallFrameInstruction::DefCfaExpression { expression } => expression,
+            CallFrameInstruction::Expression { expression, .. } => expression,
+            CallFrameInstruction::ValExpression { expression, .. } => expression,
+            _ => continue,
+        };
+        let Ok(expression) = expression.get(section) else { continue };
+        let encoding = gimli::Encoding { format: gimli::Format::Dwarf64, version: 4, address_size: 8 };
+        let mut ops = expression.operations(encoding);
+        while let Ok(Some(op)) = ops.next() {
+            if let Operation::Skip { target } | Operation::Bra { target } = op {
+                if target < 0 {
+                    return Err("a DWARF expression branches backwards (it could loop)".into());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether every FDE the `.eh_frame_hdr` table points to is one of `fdes`.
+fn hdr_points_into(hdr: &CfiSection, fdes: &HashSet<u64>, bases: &BaseAddresses) -> Result<(), String> {
+    let parsed = EhFrameHdr::new(&hdr.data, LittleEndian).parse(bases, 8).map_err(|e| format!("unreadable: {e}"))?;
+    let Some(table) = parsed.table() else { return Ok(()) };
+    let mut rows = table.iter(bases);
+    loop {
+        match rows.next() {
+            Ok(Some((_, pointer))) => {
+                let offset = table.pointer_to_offset(pointer).map_err(|e| format!("a bad FDE pointer: {e}"))?;
+                if !fdes.contains(&(offset.0 as u64)) {
+                    return Err(format!("it points to offset {:#x}, which holds no checked FDE", offset.0));
+                }
+            }
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(format!("unreadable table: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn real_libraries_pass_whole() {
+        let mut paths = vec!["/proc/self/exe".to_string(), "/usr/lib/x86_64-linux-gnu/libc.so.6".to_string()];
+        paths.push("/usr/lib/x86_64-linux-gnu/libstdc++.so.6".into());
+        for path in paths {
+            let Ok(file) = std::fs::File::open(&path) else { continue };
+            let cfi = ModuleCfi::read(&file, None).unwrap().unwrap();
+            let (checked, problems) = without_looping_expressions(cfi.clone());
+            assert!(problems.is_empty(), "{path}: {problems:?}");
+            assert_eq!(checked, cfi, "{path}");
+        }
+    }
+
+    #[test]
+    fn a_stray_hdr_pointer_drops_the_hdr() {
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        let mut cfi = ModuleCfi::read(&file, None).unwrap().unwrap();
+        let hdr = cfi.eh_frame_hdr.as_mut().unwrap();
+        // The table's first FDE pointer (sdata4, relative to the hdr) moved by 4 bytes: into the middle of an entry.
+        let mut bytes = hdr.data.to_vec();
+        let at = 12 + 4;
+        let moved = i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) + 4;
+        bytes[at..at + 4].copy_from_slice(&moved.to_le_bytes());
+        hdr.data = Arc::from(bytes);
+        let (checked, problems) = without_looping_expressions(cfi);
+        assert!(checked.eh_frame_hdr.is_none() && checked.eh_frame.is_some(), "{problems:?}");
+    }
+}

@@ -1,0 +1,401 @@
+//! Walking one sample's user stack: from its registers through the copy of the stack it carries, frame by frame
+//! with the call frame information of the file each address lies in (framehop's DWARF CFI unwinder, with its rule
+//! cache), by frame pointer where a frame has none (JIT code). Where the copy ends, the kernel's frame-pointer chain
+//! takes over if it passes through the last frame found; where the walk breaks and the chain does not, the chain
+//! alone is kept if it is longer — stack copies never make a stack shorter than frame pointers give it.
+//!
+//! Every input is untrusted (the stack bytes and the CFI come from the target): the walk is bounded by a frame
+//! limit, and the stack pointer must rise with every frame, so loops and wild CFA offsets end it.
+
+use super::cfi::ModuleCfi;
+use crate::perf_data::abi::{CONTEXT_MAX, CONTEXT_USER};
+use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
+use framehop::{FrameAddress, Module, Unwinder};
+use rustc_hash::{FxHashMap, FxHashSet};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Deepest stack walked (perf's default `perf_event_max_stack` is 127; real recursion goes deeper).
+pub const MAX_FRAMES: usize = 1024;
+
+/// The user registers unwinding starts from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UserRegs {
+    pub ip: u64,
+    pub sp: u64,
+    pub bp: u64,
+}
+
+/// A mapped code module with its unwind info, as [`ModuleSource`] gives it.
+#[derive(Debug, Clone)]
+pub struct CodeModule {
+    /// The executable mapping's addresses.
+    pub avma: Range<u64>,
+    /// Where the file's link-time address 0 is (see [`ModuleCfi::bias`]).
+    pub base_avma: u64,
+    pub cfi: Arc<ModuleCfi>,
+    pub name: String,
+}
+
+/// Where the modules of the address space being walked come from.
+pub trait ModuleSource {
+    /// The start of the mapping holding `addr` (called for every frame: keep it cheap).
+    fn mapping_start(&self, addr: u64) -> Option<u64>;
+    /// Whether `addr` lies in executable memory of the process (a file's code, JIT code, the vDSO).
+    fn is_code(&self, addr: u64) -> bool;
+    /// The module holding `addr` with its unwind info (called once per mapping and generation of the space);
+    /// `None` for JIT code, unknown memory or a file without readable unwind info (frames there are unwound by
+    /// frame pointer).
+    fn module_at(&mut self, addr: u64) -> Option<CodeModule>;
+}
+
+/// How a walk ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkEnd {
+    /// The outermost frame (its CFI marks the return address undefined, or a zero return address / frame pointer).
+    Complete,
+    /// The stack copy ended and the kernel's frame-pointer chain continued from the last frame found.
+    Joined,
+    /// The walk broke (copy ended, bad CFI or stack data, too deep) and the frame-pointer chain was longer: it is
+    /// used instead.
+    FramePointers,
+    /// The walk broke and nothing continued it: the stack is cut short.
+    Stopped,
+}
+
+/// One walked stack: user addresses, leaf first (the first is the user IP, the others return addresses).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Walk {
+    pub frames: Vec<u64>,
+    pub end: WalkEnd,
+}
+
+/// An address space's framehop unwinder and which of its mappings have been added to it.
+struct SpaceUnwinder {
+    generation: u64,
+    unwinder: UnwinderX86_64<Arc<[u8]>>,
+    /// Starts of the mappings already looked up (with or without a module).
+    looked_up: FxHashSet<u64>,
+}
+
+/// Walks stacks of many address spaces, keeping each one's modules and one shared cache of unwind rules.
+#[derive(Default)]
+pub struct StackWalker {
+    spaces: FxHashMap<u64, SpaceUnwinder>,
+    cache: CacheX86_64,
+}
+
+impl StackWalker {
+    /// Walks the user stack of a sample of address space `space` (`(id, generation)`: a new generation means the
+    /// mappings changed, and the space's modules are looked up again). `stack` is the copy of the stack from
+    /// `regs.sp` up; `callchain` the kernel's callchain of the sample (its user part, after `PERF_CONTEXT_USER`,
+    /// joins where the copy ends).
+    pub fn walk(
+        &mut self,
+        space: (u64, u64),
+        modules: &mut impl ModuleSource,
+        regs: UserRegs,
+        stack: &[u8],
+        callchain: &[u64],
+    ) -> Walk {
+        let unwinder = self.spaces.entry(space.0).or_insert_with(|| SpaceUnwinder {
+            generation: space.1,
+            unwinder: UnwinderX86_64::new(),
+            looked_up: FxHashSet::default(),
+        });
+        if unwinder.generation != space.1 {
+            *unwinder =
+                SpaceUnwinder { generation: space.1, unwinder: UnwinderX86_64::new(), looked_up: FxHashSet::default() };
+        }
+        let mut read_stack = |addr: u64| -> Result<u64, ()> {
+            let at = addr.checked_sub(regs.sp).ok_or(())? as usize;
+            let bytes = stack.get(at..at.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+        };
+        let mut frames = vec![regs.ip];
+        let mut state = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
+        let mut address = FrameAddress::InstructionPointer(regs.ip);
+        let mut guessed_leaf = false;
+        let complete = loop {
+            if frames.len() >= MAX_FRAMES {
+                break false;
+            }
+            unwinder.add_module_at(address.address_for_lookup(), modules);
+            let sp_before = state.sp();
+            let step = unwinder.unwinder.unwind_frame(address, &mut state, &mut self.cache, &mut read_stack);
+            match step {
+                Ok(None) => break true,
+                // Every real call frame lies above its callee's: a stack pointer that does not rise is a loop
+                // (hostile or corrupt CFI / stack bytes).
+                Ok(Some(return_address)) if state.sp() > sp_before => {
+                    let Some(next) = FrameAddress::from_return_address(return_address) else { break true };
+                    frames.push(return_address);
+                    address = next;
+                }
+                _ if frames.len() == 1 => {
+                    // A leaf without CFI that has not set up a frame (a JIT stub, a prologue): its return address is
+                    // where the stack pointer points, if that is code. Tried once, for the leaf only.
+                    let Ok(return_address) = read_stack(regs.sp) else { break false };
+                    let Some(next) = FrameAddress::from_return_address(return_address) else { break false };
+                    if return_address == regs.ip || !modules.is_code(return_address) {
+                        break false;
+                    }
+                    state = UnwindRegsX86_64::new(return_address, regs.sp + 8, regs.bp);
+                    guessed_leaf = true;
+                    frames.push(return_address);
+                    address = next;
+                }
+                _ => break false,
+            }
+        };
+        let chain = user_part(callchain);
+        // A walk that went through a guessed leaf is trusted to be whole only if the chain is not longer.
+        if complete && (!guessed_leaf || frames.len() >= chain.len()) {
+            return Walk { frames, end: WalkEnd::Complete };
+        }
+        let last = *frames.last().expect("the IP is always there");
+        // The chain's first entry is the IP itself: a walk that found nothing more joins there.
+        let joins_at = if frames.len() == 1 {
+            (chain.first() == Some(&last)).then_some(0)
+        } else {
+            chain.iter().skip(1).position(|&a| a == last).map(|i| i + 1)
+        };
+        if let Some(j) = joins_at {
+            // Joined only if that does not make the stack shorter than the chain alone (the walk may have found
+            // fewer frames below the join than the chain has).
+            if j + 1 < chain.len() && frames.len() + (chain.len() - j - 1) >= chain.len() {
+                frames.extend_from_slice(&chain[j + 1..]);
+                frames.truncate(MAX_FRAMES);
+                return Walk { frames, end: WalkEnd::Joined };
+            }
+        }
+        if chain.len() > frames.len() {
+            return Walk { frames: chain.to_vec(), end: WalkEnd::FramePointers };
+        }
+        Walk { frames, end: WalkEnd::Stopped }
+    }
+}
+
+impl SpaceUnwinder {
+    /// Adds the module holding `addr`, the first time its mapping is seen.
+    fn add_module_at(&mut self, addr: u64, modules: &mut impl ModuleSource) {
+        let Some(start) = modules.mapping_start(addr) else { return };
+        if !self.looked_up.insert(start) {
+            return;
+        }
+        let Some(module) = modules.module_at(addr) else { return };
+        let section_info = module.cfi.section_info();
+        self.unwinder.add_module(Module::new(module.name, module.avma, module.base_avma, section_info));
+    }
+}
+
+/// The user addresses of a kernel callchain: what follows its last `PERF_CONTEXT_USER` marker, up to any other
+/// marker (none when the chain has no user part, as in `perf record --call-graph dwarf` recordings).
+pub fn user_part(callchain: &[u64]) -> &[u64] {
+    let Some(start) = callchain.iter().rposition(|&a| a == CONTEXT_USER) else { return &[] };
+    let rest = &callchain[start + 1..];
+    let end = rest.iter().position(|&a| a >= CONTEXT_MAX).unwrap_or(rest.len());
+    &rest[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::abi::CONTEXT_KERNEL;
+    use crate::symbolize::unwind::CfiSection;
+
+    /// One module at `avma` (or none: everything is JIT code).
+    struct OneModule(Option<CodeModule>);
+
+    impl ModuleSource for OneModule {
+        fn mapping_start(&self, addr: u64) -> Option<u64> {
+            self.0.as_ref().filter(|m| m.avma.contains(&addr)).map(|m| m.avma.start)
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            // JIT code lives at 0x5000..0xa000 in these tests.
+            self.mapping_start(addr).is_some() || (0x5000..0xa000).contains(&addr)
+        }
+        fn module_at(&mut self, addr: u64) -> Option<CodeModule> {
+            self.0.clone().filter(|m| m.avma.contains(&addr))
+        }
+    }
+
+    const TEXT: u64 = 0x40_0000;
+
+    fn module(cfi: ModuleCfi) -> OneModule {
+        let cfi = Arc::new(cfi);
+        OneModule(Some(CodeModule { avma: TEXT..TEXT + 0x10_0000, base_avma: TEXT, cfi, name: "hostile".into() }))
+    }
+
+    fn words(values: &[u64]) -> Vec<u8> {
+        values.iter().flat_map(|v| v.to_le_bytes()).collect()
+    }
+
+    /// `.eh_frame` with one CIE (`zR`, absolute udata4 addresses, data alignment -8, return address in r16) whose
+    /// initial instructions are `cie_ops`, and one FDE over the first 0x1000 bytes of the module with `fde_ops`
+    /// (DWARF 5 §6.4.1, LSB Core `.eh_frame`).
+    fn eh_frame(cie_ops: &[u8], fde_ops: &[u8]) -> Vec<u8> {
+        fn entry(out: &mut Vec<u8>, body: &[u8]) {
+            let mut body = body.to_vec();
+            while (body.len() + 4) % 8 != 0 {
+                body.push(0); // DW_CFA_nop
+            }
+            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+            out.extend_from_slice(&body);
+        }
+        let mut out = Vec::new();
+        let mut cie = vec![0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x03];
+        cie.extend_from_slice(cie_ops);
+        entry(&mut out, &cie);
+        let fde_start = out.len();
+        let mut fde = ((fde_start + 4) as u32).to_le_bytes().to_vec();
+        fde.extend_from_slice(&0u32.to_le_bytes()); // link-time address 0, loaded at TEXT
+        fde.extend_from_slice(&0x1000u32.to_le_bytes());
+        fde.push(0);
+        fde.extend_from_slice(fde_ops);
+        entry(&mut out, &fde);
+        out.extend_from_slice(&[0; 4]);
+        out
+    }
+
+    /// A module with the given CFI, as profcpu takes untrusted CFI: decoded from the captured form and checked.
+    fn hostile(cie_ops: &[u8], fde_ops: &[u8]) -> OneModule {
+        hostile_with(&eh_frame(cie_ops, fde_ops))
+    }
+
+    /// `DW_CFA_def_cfa rsp, 8; DW_CFA_offset r16, 1`: a function that just returns.
+    const PLAIN: &[u8] = &[0x0c, 7, 8, 0x90, 1];
+
+    #[test]
+    fn a_plain_function_returns_to_its_caller() {
+        let mut m = hostile(PLAIN, &[]);
+        let stack = words(&[0x1234_5678, 0]);
+        let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0 };
+        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &[]);
+        // The caller (no module: frame pointer, bp 0) is the outermost frame.
+        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x1234_5678], end: WalkEnd::Complete });
+    }
+
+    #[test]
+    fn hostile_cfi_ends_the_walk() {
+        let cases: [(&str, Vec<u8>); 6] = [
+            // CFA = rsp + 2^63: far past the copy.
+            ("huge CFA offset", [&[0x0e][..], &[0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 1]].concat()),
+            // CFA = rsp - 16 (factored -2 * -8 ... signed): below the stack pointer.
+            ("negative CFA", vec![0x12, 7, 0x02]),
+            // CFA = rsp: the return address would be below the stack pointer, sp does not rise.
+            ("CFA at sp", vec![0x0e, 0]),
+            // CFA from a register that holds garbage.
+            ("CFA from rbx", vec![0x0c, 3, 8]),
+            // CFA by an expression that loops on itself (DW_OP_skip -3).
+            ("looping expression", vec![0x0f, 3, 0x2f, 0xfd, 0xff]),
+            // The return address register is "same value": a loop at the same address.
+            ("same value RA", vec![0x08, 16]),
+        ];
+        for (what, fde_ops) in cases {
+            let mut m = hostile(PLAIN, &fde_ops);
+            if what == "looping expression" {
+                // framehop would evaluate it forever: the check drops the section.
+                assert!(!m.0.as_ref().unwrap().cfi.has_cfi());
+            }
+            for stack in [words(&[TEXT + 0x20; 64]), words(&[0; 64]), words(&[u64::MAX; 64])] {
+                let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0x7008 };
+                let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &[]);
+                assert!(walk.frames.len() <= MAX_FRAMES, "{what}: {} frames", walk.frames.len());
+                assert_eq!(walk.frames[0], TEXT + 0x10, "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn frame_pointer_loops_stop_with_a_marker_end() {
+        // JIT code (no module): bp points at itself.
+        let stack = words(&[0x7000, 0x5000, 0x7000, 0x5000]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x7000 };
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5000], end: WalkEnd::Stopped });
+        // A chain whose frames go down the stack is refused just the same.
+        let stack = words(&[0x6ff0, 0x5000]);
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk.end, WalkEnd::Stopped);
+    }
+
+    #[test]
+    fn a_leaf_stub_without_a_frame_returns_to_the_code_at_the_stack_pointer() {
+        // JIT leaf (no module) whose bp is no frame pointer (below the stack): [sp] is its caller. The caller's own
+        // frame pointer is the same useless bp, so the walk ends there.
+        let stack = words(&[0x5001, 0, 0x7020, 0x5002, 0, 0]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x6000 };
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5001], end: WalkEnd::Stopped });
+        // [sp] that is not code is not taken.
+        let stack = words(&[0x1234, 0, 0x7020, 0x5002, 0, 0]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x6000 };
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000], end: WalkEnd::Stopped });
+    }
+
+    #[test]
+    fn the_kernel_chain_continues_where_the_copy_ends() {
+        // Two JIT frames in the copy; the third frame's record lies beyond it.
+        let stack = words(&[0x7010, 0x5001, 0x7100, 0x5002]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x7000 };
+        let chain = [CONTEXT_KERNEL, 0xffff_ffff_8100_0000, CONTEXT_USER, 0x9000, 0x5001, 0x5002, 0x5003, 0x5004];
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &chain);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5001, 0x5002, 0x5003, 0x5004], end: WalkEnd::Joined });
+        // A chain that does not pass through the last frame found, but is longer, wins.
+        let other = [CONTEXT_USER, 0x9000, 0x6001, 0x6002, 0x6003, 0x6004];
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &other);
+        assert_eq!(walk, Walk { frames: other[1..].to_vec(), end: WalkEnd::FramePointers });
+        // No chain: cut short.
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5001, 0x5002], end: WalkEnd::Stopped });
+    }
+
+    #[test]
+    fn random_stacks_and_cfi_never_hang_or_panic() {
+        let own = ModuleCfi::read(&std::fs::File::open("/proc/self/exe").unwrap(), None).unwrap().unwrap();
+        let text = own.text.clone().unwrap();
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_57ac);
+        let mut walker = StackWalker::default();
+        let seed_cfi = eh_frame(PLAIN, &[0x0e, 16]);
+        for round in 0..3000u64 {
+            let mut m = if round % 2 == 0 {
+                // The real CFI of this binary, placed so that its .text is at TEXT.
+                OneModule(Some(CodeModule {
+                    avma: TEXT..TEXT + (text.end - text.start),
+                    base_avma: TEXT - text.start,
+                    cfi: Arc::new(own.clone()),
+                    name: "self".into(),
+                }))
+            } else {
+                let data = rng.mutate(&seed_cfi);
+                hostile_with(&data)
+            };
+            // Stacks of plausible-looking words: code addresses, stack addresses, garbage.
+            let words_n = rng.below(600);
+            let stack: Vec<u64> = (0..words_n)
+                .map(|_| match rng.below(4) {
+                    0 => TEXT + rng.below(0x2000) as u64,
+                    1 => 0x7000 + 8 * rng.below(700) as u64,
+                    2 => 0,
+                    _ => rng.next(),
+                })
+                .collect();
+            let regs =
+                UserRegs { ip: TEXT + rng.below(0x2000) as u64, sp: 0x7000, bp: 0x7000 + 8 * rng.below(64) as u64 };
+            let chain = [CONTEXT_USER, regs.ip, rng.next(), rng.next()];
+            let walk = walker.walk((round % 7, round), &mut m, regs, &words(&stack), &chain);
+            assert!(walk.frames.len() <= MAX_FRAMES);
+        }
+    }
+
+    fn hostile_with(eh_frame: &[u8]) -> OneModule {
+        let cfi = ModuleCfi {
+            eh_frame: Some(CfiSection { svma: 0x10_0000, data: Arc::from(eh_frame) }),
+            text: Some(0..0x1000),
+            ..Default::default()
+        };
+        module(ModuleCfi::decode(&cfi.encode()).unwrap().checked().0)
+    }
+}
