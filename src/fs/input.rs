@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 
@@ -158,11 +158,28 @@ pub fn check(file: &File, limit: Limit) -> Result<u64, InputError> {
 
 /// Reads all of an open file, at most `limit` bytes (more is an error: the file grew past its cap while read).
 pub fn read_all(file: &mut File, size_hint: u64, limit: Limit) -> Result<Vec<u8>, InputError> {
-    let mut bytes = Vec::with_capacity(size_hint.min(limit.bytes).min(64 << 20) as usize);
-    file.take(limit.bytes.saturating_add(1)).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > limit.bytes {
-        return Err(InputError::TooLarge { size: bytes.len() as u64, limit: limit.bytes });
+    use std::os::unix::fs::FileExt;
+    // From the start, by position: a handle may share its file offset with a duplicate another reader moved.
+    let mut bytes = vec![0; size_hint.min(limit.bytes).min(64 << 20) as usize];
+    let mut len = 0usize;
+    loop {
+        if len == bytes.len() {
+            if len as u64 > limit.bytes {
+                return Err(InputError::TooLarge { size: len as u64, limit: limit.bytes });
+            }
+            bytes.resize((len * 2).max(64 << 10), 0);
+        }
+        match file.read_at(&mut bytes[len..], len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.into()),
+        }
     }
+    if len as u64 > limit.bytes {
+        return Err(InputError::TooLarge { size: len as u64, limit: limit.bytes });
+    }
+    bytes.truncate(len);
     Ok(bytes)
 }
 
