@@ -68,6 +68,18 @@ pub struct CollectArgs {
     #[arg(long, conflicts_with = "command")]
     pub all: bool,
 
+    #[command(flatten)]
+    pub options: CollectOptions,
+
+    /// Command to launch and profile until it exits (after `--`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// How one collection records and where it writes: everything of `collect` but the choice of target, so that
+/// every command that collects (collect itself, trap) offers the same flags.
+#[derive(Debug, Args, Clone)]
+pub struct CollectOptions {
     /// Seconds to sample (fractions allowed). Ctrl+C or SIGTERM stops early and still writes every output.
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration, allow_negative_numbers = true)]
     pub duration: f64,
@@ -97,10 +109,6 @@ pub struct CollectArgs {
 
     #[command(flatten)]
     pub symbols: SymbolArgs,
-
-    /// Command to launch and profile until it exits (after `--`).
-    #[arg(last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 /// Flags shared by everything that names frames.
@@ -268,15 +276,15 @@ mod tests {
             &["profcpu", "collect", "--pid=42", "-duration=5"],
         ] {
             let Command::Collect(c) = parse_strs(args).unwrap().command else { panic!() };
-            assert_eq!((c.pid, c.duration), (42, 5.0));
+            assert_eq!((c.pid, c.options.duration), (42, 5.0));
         }
     }
 
     #[test]
     fn defaults_match_the_original_profcpu() {
         let Command::Collect(c) = parse_strs(&["profcpu", "collect"]).unwrap().command else { panic!() };
-        assert_eq!((c.pid, c.duration, c.freq), (1, 30.0, 99));
-        assert_eq!(c.output, PathBuf::from("profilings"));
+        assert_eq!((c.pid, c.options.duration, c.options.freq), (1, 30.0, 99));
+        assert_eq!(c.options.output, PathBuf::from("profilings"));
     }
 
     #[test]

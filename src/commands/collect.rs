@@ -6,7 +6,7 @@
 //! run folder and putting a symlink in its place.
 
 use super::pipeline::{self, MetadataSource, OutputRequest};
-use crate::cli::CollectArgs;
+use crate::cli::{CollectArgs, CollectOptions};
 use crate::fs::Dir;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::record::{self, EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
@@ -16,7 +16,7 @@ use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
 use anyhow::{bail, Context, Result};
 use std::io::{ErrorKind, IsTerminal};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 /// How many same-second runs get a `-2`, `-3`, … suffix before giving up.
@@ -30,13 +30,21 @@ pub fn run(args: CollectArgs) -> Result<()> {
     } else {
         Target::Pid(args.pid)
     };
+    let run_dir = collect(target, &args.options)?;
+    println!("{}", run_dir.display());
+    Ok(())
+}
+
+/// One whole collection of `target` as `options` say: records, saves what naming needs, writes every output, and
+/// returns the run folder. Commands that collect (collect, trap) all come through here.
+pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
     // A wrong PID must not leave an empty run folder behind.
     record::check_target(&target)?;
-    let (base, run_name, run_dir) = create_run_dir(&args.output, chrono::Local::now())?;
-    let duration = Duration::from_secs_f64(args.duration);
+    let (base, run_name, run_dir) = create_run_dir(&options.output, chrono::Local::now())?;
+    let duration = Duration::from_secs_f64(options.duration);
     let symbol_opts = SymbolizeOptions {
-        debug_roots: args.symbols.symbols.clone(),
-        force_maps: args.symbols.force_maps,
+        debug_roots: options.symbols.symbols.clone(),
+        force_maps: options.symbols.force_maps,
         ..SymbolizeOptions::live()
     };
     let capture = match &target {
@@ -57,10 +65,10 @@ pub fn run(args: CollectArgs) -> Result<()> {
     let opts = RecordOptions {
         target,
         duration: Some(duration),
-        frequency: args.freq,
-        event: args.event,
-        mmap_pages: args.mmap_pages,
-        call_graph: args.call_graph,
+        frequency: options.freq,
+        event: options.event,
+        mmap_pages: options.mmap_pages,
+        call_graph: options.call_graph,
         output: run_dir.clone(),
         perf_data: pipeline::PERF_DATA_FILE.to_string(),
         progress: std::io::stderr().is_terminal(),
@@ -78,8 +86,7 @@ pub fn run(args: CollectArgs) -> Result<()> {
     };
     eprintln!("{}", summary_line(&summary));
     after_recording(&run_dir, &summary, observer.capture.take(), observer.target_info.as_ref())?;
-    println!("{}", run_dir.path().display());
-    Ok(())
+    Ok(run_dir.path().to_path_buf())
 }
 
 /// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
