@@ -23,9 +23,11 @@ pub struct PerfDataReader {
 
 /// A record as [`PerfDataReader::skim_records`] hands it over.
 pub enum Skimmed {
-    /// A sample, not decoded yet.
+    /// A sample, not decoded yet: its time, its event (an index in [`PerfDataReader::events`]) and its thread.
     Sample {
         time: u64,
+        event: usize,
+        tid: u32,
     },
     Record(Record),
 }
@@ -177,6 +179,15 @@ impl PerfDataReader {
             bail!("data section overlaps the header");
         }
 
+        // A tracepoint's attr holds only its id: its name is in the file's tracing data (its format), or in the
+        // recorder's description of the events (EVENT_DESC).
+        for (i, ev) in events.iter_mut().enumerate().filter(|(_, ev)| ev.attr.is_tracepoint()) {
+            let traced = features.tracing.as_ref().and_then(|t| t.event(ev.attr.config())).map(|f| f.full_name());
+            let described = features.event_desc.get(i).map(|(name, _)| name.clone()).filter(|n| !n.is_empty());
+            if let Some(name) = traced.or(described) {
+                ev.name = name;
+            }
+        }
         let mut id_to_event = HashMap::new();
         for (i, ev) in events.iter().enumerate() {
             for &id in &ev.ids {
@@ -218,13 +229,18 @@ impl PerfDataReader {
         &self.events[i]
     }
 
-    fn format_for_sample(&self, body: &[u8]) -> SampleFormat {
-        let first = self.events[0].attr.sample_format();
-        if self.events.len() > 1 && first.sample_type & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
+    /// The index of a sample's event, from the id it starts with (`PERF_SAMPLE_IDENTIFIER`) when there is more
+    /// than one event.
+    fn event_index(&self, body: &[u8]) -> usize {
+        if self.events.len() > 1 && self.events[0].attr.sample_type() & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
             let id = u64::from_ne_bytes(body[..8].try_into().unwrap());
-            return self.event_of(Some(id)).attr.sample_format();
+            return self.id_to_event.get(&id).copied().unwrap_or(0);
         }
-        first
+        0
+    }
+
+    fn format_for_sample(&self, body: &[u8]) -> SampleFormat {
+        self.events[self.event_index(body)].attr.sample_format()
     }
 
     /// Calls `f` for every record of the data section, in file order. Records that cannot be decoded are counted and
@@ -265,9 +281,14 @@ impl PerfDataReader {
                 break;
             }
             let rec = &data[pos..pos + size];
-            let format = if kind == RECORD_SAMPLE { self.format_for_sample(&rec[HEADER_SIZE..]) } else { base_format };
+            let event = if kind == RECORD_SAMPLE { self.event_index(&rec[HEADER_SIZE..]) } else { 0 };
+            let format = if kind == RECORD_SAMPLE { self.events[event].attr.sample_format() } else { base_format };
             let decoded = if skim && kind == RECORD_SAMPLE {
-                format.sample_time(&rec[HEADER_SIZE..]).map(|time| Skimmed::Sample { time })
+                let body = &rec[HEADER_SIZE..];
+                match (format.sample_time(body), format.sample_tid(body)) {
+                    (Some(time), Some(tid)) => Some(Skimmed::Sample { time, event, tid }),
+                    _ => None,
+                }
             } else {
                 Record::decode(rec, &format).ok().map(Skimmed::Record)
             };

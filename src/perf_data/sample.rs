@@ -32,6 +32,10 @@ pub struct Sample {
     pub period: u64,
     /// As the kernel wrote it: context markers (`PERF_CONTEXT_*`) interleaved with addresses, leaf first.
     pub callchain: Vec<u64>,
+    /// The event's own data (`PERF_SAMPLE_RAW`): a tracepoint's fields, laid out as its `format` file says (see
+    /// [`super::tracing`]); empty when the attr did not ask for it. Kept as the kernel padded it (its length plus
+    /// the 4-byte size is a multiple of 8).
+    pub raw: Vec<u8>,
     /// The user registers and stack copy, when the attr asked for them (`PERF_SAMPLE_REGS_USER`/`STACK_USER`) and
     /// the sample has a user context.
     pub user: Option<UserContext>,
@@ -163,8 +167,19 @@ impl SampleFormat {
     /// …) are not needed by profcpu and are ignored.
     pub fn parse_sample(&self, misc: u16, body: &[u8]) -> Result<Sample> {
         let mut c = ByteReader::new(body);
-        let mut s =
-            Sample { misc, id: None, ip: 0, pid: 0, tid: 0, time: 0, cpu: 0, period: 1, callchain: vec![], user: None };
+        let mut s = Sample {
+            misc,
+            id: None,
+            ip: 0,
+            pid: 0,
+            tid: 0,
+            time: 0,
+            cpu: 0,
+            period: 1,
+            callchain: vec![],
+            raw: vec![],
+            user: None,
+        };
         if self.has(SAMPLE_IDENTIFIER) {
             s.id = Some(c.u64()?);
         }
@@ -214,6 +229,10 @@ impl SampleFormat {
             let raw = c.bytes(nr * 8)?;
             s.callchain = raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
         }
+        if self.has(SAMPLE_RAW) {
+            let size = c.u32()? as usize;
+            s.raw = c.bytes(size)?.to_vec();
+        }
         if self.has(SAMPLE_REGS_USER) || self.has(SAMPLE_STACK_USER) {
             let mut user_chain = Vec::new();
             s.user = self.parse_user_context(&mut c, &mut user_chain)?;
@@ -222,17 +241,13 @@ impl SampleFormat {
         Ok(s)
     }
 
-    /// The fields after the callchain, up to the stack copy: `{u32 size; char data[size]}` raw,
-    /// `{u64 nr; …}` branch stack, `{u64 abi; u64 regs[weight(mask)]}` user registers,
-    /// `{u64 size; char data[size]; u64 dyn_size}` user stack (`dyn_size` only when `size` is not 0).
+    /// The fields after the raw data, up to the stack copy: `{u64 nr; …}` branch stack, `{u64 abi; u64
+    /// regs[weight(mask)]}` user registers, `{u64 size; char data[size]; u64 dyn_size}` user stack (`dyn_size` only
+    /// when `size` is not 0).
     ///
     /// `user_chain` gets the user part of the callchain if profcpu stashed it in the stack copy (see
     /// [`write_sample`](Self::write_sample)).
     fn parse_user_context(&self, c: &mut ByteReader, user_chain: &mut Vec<u64>) -> Result<Option<UserContext>> {
-        if self.has(SAMPLE_RAW) {
-            let size = c.u32()? as usize;
-            c.skip(size)?;
-        }
         if self.has(SAMPLE_BRANCH_STACK) {
             // Its entry size depends on the attr's branch_sample_type, which profcpu does not keep: what follows
             // cannot be located.
@@ -271,6 +286,16 @@ impl SampleFormat {
         let at =
             8 * (self.has(SAMPLE_IDENTIFIER) as usize + self.has(SAMPLE_IP) as usize + self.has(SAMPLE_TID) as usize);
         Some(u64::from_ne_bytes(body.get(at..at + 8)?.try_into().unwrap()))
+    }
+
+    /// A sample's thread without decoding the rest (0 when samples carry no thread); `None` when the body is too
+    /// short to hold it.
+    pub fn sample_tid(&self, body: &[u8]) -> Option<u32> {
+        if !self.has(SAMPLE_TID) {
+            return Some(0);
+        }
+        let at = 8 * (self.has(SAMPLE_IDENTIFIER) as usize + self.has(SAMPLE_IP) as usize) + 4;
+        Some(u32::from_ne_bytes(body.get(at..at + 4)?.try_into().unwrap()))
     }
 
     /// Encodes a sample (only the fields profcpu decodes; used for synthesized test data and round-trips).
@@ -315,6 +340,13 @@ impl SampleFormat {
             for &a in callchain {
                 e.u64(a);
             }
+        }
+        if self.has(SAMPLE_RAW) {
+            // The kernel pads the data so that it ends 8-byte aligned after its 4-byte size.
+            let padded = (s.raw.len() + 4).next_multiple_of(8) - 4;
+            e.u32(padded as u32);
+            e.bytes(&s.raw);
+            e.bytes(&[0; 8][..padded - s.raw.len()]);
         }
         let no_user = UserContext::default();
         let user = s.user.as_ref().unwrap_or(&no_user);
@@ -385,6 +417,7 @@ mod tests {
             cpu: 1,
             period: 9,
             callchain,
+            raw: vec![],
             user: Some(UserContext {
                 abi: REGS_ABI_64,
                 mask: MASK,
@@ -446,6 +479,21 @@ mod tests {
         let back = format().parse_sample(1, &e.into_inner()).unwrap();
         assert_eq!(back.callchain, vec![CONTEXT_USER, 0x40_1000], "a callchain the stash did not hold is kept");
         assert_eq!(back.user.unwrap().stack, vec![0xab; 40]);
+    }
+
+    #[test]
+    fn raw_data_round_trips_padded_as_the_kernel_pads_it() {
+        let f = SampleFormat { sample_type: format().sample_type | SAMPLE_RAW, ..format() };
+        // A tracepoint's 68 bytes of fields: the kernel's size word says 68, the record 4 + 68 = 72 bytes.
+        let mut s = sample(vec![CONTEXT_KERNEL, 0xffff_ffff_8100_0000, CONTEXT_USER, 0x40_1000], 16);
+        s.raw = (0..68).collect();
+        let bytes = encode(&f, &s);
+        assert_eq!(f.parse_sample(1, &bytes).unwrap(), s);
+        assert_eq!(f.sample_tid(&bytes), Some(2));
+        // Data that does not fill its last word comes back padded with zeros.
+        s.raw = vec![7; 5];
+        let back = f.parse_sample(1, &encode(&f, &s)).unwrap();
+        assert_eq!(back.raw, [7, 7, 7, 7, 7, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]
