@@ -198,6 +198,43 @@ pub fn read_setting(path: &str) -> io::Result<String> {
     Ok(text.trim().to_string())
 }
 
+/// Where file systems of type `fstype` are mounted, as this process sees them (`/proc/self/mounts`; octal escapes
+/// such as `\040` for a space are decoded).
+pub fn mount_points(fstype: &str) -> Vec<std::path::PathBuf> {
+    let mut text = String::new();
+    if File::open("/proc/self/mounts").and_then(|f| f.take(MAX_MAPS).read_to_string(&mut text)).is_err() {
+        return Vec::new();
+    }
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split(' ');
+            let (_, dir, kind) = (words.next()?, words.next()?, words.next()?);
+            (kind == fstype).then(|| std::path::PathBuf::from(unescape_octal(dir)))
+        })
+        .collect()
+}
+
+/// `\ooo` escapes of /proc's mount tables.
+fn unescape_octal(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let digits = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], digits) {
+            (b'\\', Some(d)) => {
+                out.push(d.iter().fold(0u8, |v, b| v.wrapping_mul(8).wrapping_add(b - b'0')));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The online CPUs, from `/sys/devices/system/cpu/online` ("0-3,6,8-9").
 pub fn online_cpus() -> Result<Vec<u32>> {
     let list = read_setting("/sys/devices/system/cpu/online")
@@ -306,6 +343,13 @@ fn stat_state(stat: &[u8]) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn mount_points_are_listed_with_escapes_decoded() {
+        assert!(mount_points("proc").iter().any(|p| p == Path::new("/proc")), "{:?}", mount_points("proc"));
+        assert!(mount_points("no-such-fs").is_empty());
+        assert_eq!(unescape_octal(r"/mnt/a\040b\134c\9"), "/mnt/a b\\c\\9");
+    }
 
     #[test]
     fn this_process_reads_back() {

@@ -4,9 +4,9 @@
 
 use super::stacks::{EventFilter, PerStack, Root, StackNamer, STACK_FRAMES_KEPT};
 use super::Weight;
-use crate::symbolize::{FrameKind, ResolvedSample};
+use crate::symbolize::{Frame, FrameKind, OffCpuState, ResolvedSample};
 use rustc_hash::FxHashMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 
 /// Options for [`Folder`].
@@ -15,6 +15,8 @@ pub struct FoldOptions {
     /// Fold only samples of this event (compared up to its first `:`). `None`: the first sample's event, which is
     /// what inferno-collapse-perf does so that different events never add up in one graph.
     pub event: Option<String>,
+    /// Fold every event (a wall-clock profile adds on-CPU samples and switch-outs, both weighted in time).
+    pub all_events: bool,
     /// What a sample adds to its stack's count. Must match the [`super::script::ScriptOptions::weight`] the
     /// perf_script.out was written with for the two files to agree.
     pub weight: Weight,
@@ -32,7 +34,45 @@ pub struct Folded {
     input_samples: u64,
     /// Samples per leaf frame name (for the top table).
     leaves: Vec<(String, u64)>,
+    /// With [`Weight::Time`]: the time by where it went (for the top table).
+    time_by_frame: Vec<TimeByFrame>,
+    /// With [`Weight::Time`]: the frame names that only off-CPU stacks have (drawn in cold colours).
+    off_cpu_names: HashSet<String>,
     event: Option<String>,
+}
+
+/// Time spent at one frame: on the CPU with it as the leaf, or off the CPU waiting in it (see [`waiting_frame`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeByFrame {
+    pub name: String,
+    /// `None` on the CPU.
+    pub state: Option<OffCpuState>,
+    pub samples: u64,
+    /// In the folded counts' unit.
+    pub weight: u64,
+}
+
+/// The frame a switch-out's thread waited in, as the top table names the wait: the innermost frame of managed
+/// (JIT or precompiled) code or of the program itself — not the kernel's scheduler, libc's futex wrappers or a
+/// runtime library — else the innermost user frame, else the leaf.
+pub fn waiting_frame(frames: &[Frame]) -> Option<&Frame> {
+    let real = |f: &&Frame| f.addr != 0;
+    let own_code = |f: &&Frame| match f.kind {
+        FrameKind::Jit => true,
+        FrameKind::Native => !is_shared_library(&f.module),
+        _ => false,
+    };
+    frames
+        .iter()
+        .filter(real)
+        .find(own_code)
+        .or_else(|| frames.iter().filter(real).find(|f| f.kind != FrameKind::Kernel))
+        .or_else(|| frames.iter().find(real))
+}
+
+fn is_shared_library(module: &str) -> bool {
+    let name = module.rsplit('/').next().unwrap_or(module);
+    name.ends_with(".so") || name.contains(".so.")
 }
 
 impl Folded {
@@ -59,6 +99,16 @@ impl Folded {
     /// How many folded samples had each frame name as their leaf (unordered).
     pub fn leaf_samples(&self) -> &[(String, u64)] {
         &self.leaves
+    }
+
+    /// With [`Weight::Time`]: the time by frame and state (unordered).
+    pub fn time_by_frame(&self) -> &[TimeByFrame] {
+        &self.time_by_frame
+    }
+
+    /// Whether only off-CPU stacks have this frame name (always false unless weighted by time).
+    pub fn is_off_cpu_only(&self, name: &str) -> bool {
+        self.off_cpu_names.contains(name)
     }
 
     /// The event whose samples were folded (up to its first `:`), `None` when there were no samples.
@@ -100,6 +150,12 @@ pub struct Folder {
     folded_samples: u64,
     input_samples: u64,
     leaf_samples: Vec<u64>,
+    /// With [`Weight::Time`], per slot: whether an on-CPU sample landed in it, and the name ids of the frame its
+    /// on-CPU (0) and off-CPU (1) samples are listed under in the top table.
+    slot_on_cpu: Vec<bool>,
+    slot_labels: Vec<[Option<u32>; 2]>,
+    /// Samples and weight by (name id, state: 0 on CPU, 1 blocked, 2 runnable).
+    time_by_label: FxHashMap<(u32, u8), (u64, u64)>,
 }
 
 impl Folder {
@@ -112,10 +168,16 @@ impl Folder {
             leaves: Vec::new(),
             by_stack: PerStack::new(STACK_FRAMES_KEPT),
             stack: Vec::with_capacity(64),
-            filter: EventFilter::new(opts.event.as_deref()),
+            filter: match opts.all_events {
+                true => EventFilter::all(),
+                false => EventFilter::new(opts.event.as_deref()),
+            },
             folded_samples: 0,
             input_samples: 0,
             leaf_samples: Vec::new(),
+            slot_on_cpu: Vec::new(),
+            slot_labels: Vec::new(),
+            time_by_label: FxHashMap::default(),
         }
     }
 
@@ -139,15 +201,42 @@ impl Folder {
         };
         let Some(slot) = slot else { return };
         let leaf = self.leaves[slot as usize] as usize;
-        self.counts[slot as usize] += match self.weight {
-            Weight::Period => sample.period,
-            Weight::Samples => 1,
-        };
+        let weight = self.weight.of(sample);
+        self.counts[slot as usize] += weight;
         if self.leaf_samples.len() <= leaf {
             self.leaf_samples.resize(leaf + 1, 0);
         }
         self.leaf_samples[leaf] += 1;
         self.folded_samples += 1;
+        if self.weight == Weight::Time {
+            self.add_time(sample, root, slot as usize, weight);
+        }
+    }
+
+    /// Notes where a time-weighted sample's time went: the leaf on the CPU, the waiting frame off it.
+    fn add_time(&mut self, sample: &ResolvedSample, root: Root, slot: usize, weight: u64) {
+        let off = sample.off_cpu.is_some() as usize;
+        self.slot_on_cpu[slot] |= off == 0;
+        let label = match self.slot_labels[slot][off] {
+            Some(label) => label,
+            None => {
+                let label = match sample.off_cpu {
+                    None => Some(self.leaves[slot]),
+                    Some(_) => waiting_frame(&sample.frames).map(|f| self.namer.innermost_name(f, root)),
+                };
+                let label = label.unwrap_or(self.leaves[slot]);
+                self.slot_labels[slot][off] = Some(label);
+                label
+            }
+        };
+        let state = match sample.off_cpu {
+            None => 0,
+            Some(OffCpuState::Blocked) => 1,
+            Some(OffCpuState::Runnable) => 2,
+        };
+        let entry = self.time_by_label.entry((label, state)).or_default();
+        entry.0 += 1;
+        entry.1 += weight;
     }
 
     /// The slot of the sample's folded stack (made on first sight); `None` when it has no folded line.
@@ -162,6 +251,10 @@ impl Folder {
         self.slots.insert(self.stack.as_slice().into(), slot);
         self.counts.push(0);
         self.leaves.push(*self.stack.last().expect("a stack with frames"));
+        if self.weight == Weight::Time {
+            self.slot_on_cpu.push(false);
+            self.slot_labels.push([None, None]);
+        }
         Some(slot)
     }
 
@@ -171,21 +264,36 @@ impl Folder {
     }
 
     pub fn finish(self) -> Folded {
-        let Folder { namer, slots, counts, filter, folded_samples, input_samples, leaf_samples, .. } = self;
+        let Folder {
+            weight,
+            namer,
+            slots,
+            counts,
+            filter,
+            folded_samples,
+            input_samples,
+            leaf_samples,
+            slot_on_cpu,
+            time_by_label,
+            ..
+        } = self;
         let mut total = 0u64;
         let mut used = vec![false; namer.name_count()];
+        let mut on_cpu = vec![false; namer.name_count()];
         let mut stacks: Vec<(String, u64)> = slots
             .into_iter()
             .map(|(ids, slot)| {
                 let count = counts[slot as usize];
                 total += count;
                 let mut line = String::with_capacity(ids.len() * 24);
+                let slot_on_cpu = slot_on_cpu.get(slot as usize).copied().unwrap_or(true);
                 for (i, &id) in ids.iter().enumerate() {
                     if i > 0 {
                         line.push(';');
                     }
                     line.push_str(namer.name(id));
                     used[id as usize] = true;
+                    on_cpu[id as usize] |= slot_on_cpu;
                 }
                 (line, count)
             })
@@ -202,6 +310,36 @@ impl Folder {
             .filter(|(_, &count)| count > 0)
             .map(|(id, &count)| (namer.name(id as u32).to_string(), count))
             .collect();
-        Folded { stacks, kinds, total, samples: folded_samples, input_samples, leaves, event: filter.event() }
+        let time_by_frame = time_by_label
+            .into_iter()
+            .map(|((name, state), (samples, weight))| TimeByFrame {
+                name: namer.name(name).to_string(),
+                state: match state {
+                    0 => None,
+                    1 => Some(OffCpuState::Blocked),
+                    _ => Some(OffCpuState::Runnable),
+                },
+                samples,
+                weight,
+            })
+            .collect();
+        let off_cpu_names = match weight {
+            Weight::Time => (0..namer.name_count() as u32)
+                .filter(|&id| used[id as usize] && !on_cpu[id as usize] && namer.kind(id).is_some())
+                .map(|id| namer.name(id).to_string())
+                .collect(),
+            _ => HashSet::new(),
+        };
+        Folded {
+            stacks,
+            kinds,
+            total,
+            samples: folded_samples,
+            input_samples,
+            leaves,
+            time_by_frame,
+            off_cpu_names,
+            event: filter.event(),
+        }
     }
 }

@@ -6,11 +6,12 @@
 use super::address_space::{FileId, MapKind, Mapping, Processes};
 use super::dso::FileHit;
 use super::kallsyms::KERNEL_MODULE;
+use super::off_cpu::{IntervalPass, Intervals, SwitchOuts};
 use super::options::SymbolizeOptions;
 use super::sources::Sources;
 use super::symbols_dir::Usage;
 use super::unwind::{CfiFiles, CodeModule, LiveFile, ModuleSource, StackWalker, UnwindStats, UserRegs, WalkEnd};
-use super::{Frame, FrameKind, ResolvedSample, Stack};
+use super::{Frame, FrameKind, OffCpuState, ResolvedSample, Stack, RUNNABLE_FRAME};
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
 use crate::perf_data::abi::{REGS_ABI_64, REG_X86_BP, REG_X86_IP, REG_X86_SP};
@@ -41,6 +42,9 @@ pub struct SymbolizeStats {
     pub warnings: Vec<String>,
     /// How the samples' stack copies were unwound.
     pub unwind: UnwindStats,
+    /// Switch-outs timed, and those left out for want of an interval (see [`super::off_cpu`]).
+    pub switch_outs: u64,
+    pub switch_outs_unmatched: u64,
 }
 
 /// What names every address of one code range: a resolved frame minus its address (what the cache stores;
@@ -70,8 +74,19 @@ impl RangeName {
 
 /// A record to replay in time order.
 enum Replay {
-    Sample(u64),
+    /// A sample by its offset in the data section, with its event and thread.
+    Sample {
+        offset: u64,
+        event: u32,
+        tid: u32,
+    },
     Record(usize),
+    /// A thread arriving on or leaving a CPU (only kept while switch-outs are timed).
+    Switch {
+        tid: u32,
+        out: bool,
+        preempted: bool,
+    },
 }
 
 /// Cache key: (address space id, its generation, lookup address). Kernel addresses use space 0.
@@ -168,6 +183,7 @@ pub struct Symbolizer {
     unknown_module: Arc<str>,
     hidden_kernel: Arc<str>,
     unwind_stopped: Arc<str>,
+    runnable: Arc<str>,
     walker: StackWalker,
     cfi: CfiFiles,
     ignore_stack_copies: bool,
@@ -193,6 +209,7 @@ impl Symbolizer {
             unknown_module: Arc::from("[unknown]"),
             hidden_kernel: Arc::from("[kernel]"),
             unwind_stopped: Arc::from(UNWIND_STOPPED_NAME),
+            runnable: Arc::from(RUNNABLE_FRAME),
             walker: StackWalker::default(),
             cfi: CfiFiles::new(opts.captured_dir.as_ref()),
             ignore_stack_copies: opts.ignore_stack_copies,
@@ -237,6 +254,15 @@ impl Symbolizer {
             self.warn(format!("perf.data: {w}"));
         }
         let event_names: Vec<Arc<str>> = reader.events().iter().map(|e| super::name_limit::cap_arc(&e.name)).collect();
+        let switch_outs = SwitchOuts::of(reader);
+        if switch_outs.untimed() {
+            self.warn(
+                "the recording's sched:sched_switch samples cannot be timed: it has no context-switch records (record \
+                 with `profcpu collect -mode offcpu`, or `perf record --switch-events`); each counts as a sample"
+                    .to_string(),
+            );
+        }
+        let timing = switch_outs.measure() != super::Measure::OnCpu;
         // (time, what): samples by their offset in the data section (decoded again when replayed), other records
         // by their index in `records`.
         let mut timeline: Vec<(u64, Replay)> = Vec::new();
@@ -245,9 +271,14 @@ impl Symbolizer {
         let mut lost = 0u64;
         let mut read = reader.skim_records(|offset, r| {
             match r {
-                Skimmed::Sample { time } => {
+                Skimmed::Sample { time, event, tid } => {
                     last_time = time;
-                    timeline.push((time, Replay::Sample(offset)));
+                    timeline.push((time, Replay::Sample { offset, event: event as u32, tid }));
+                }
+                Skimmed::Record(Record::Switch(w)) if timing => {
+                    if let (Some(time), Some(tid)) = (w.sample_id.time, w.sample_id.tid) {
+                        timeline.push((time, Replay::Switch { tid, out: w.out, preempted: w.preempt }));
+                    }
                 }
                 Skimmed::Record(r) => match &r {
                     Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
@@ -267,6 +298,8 @@ impl Symbolizer {
         self.stats.lost_samples = lost;
         // Stable: records with equal times keep their file order.
         timeline.sort_by_key(|(t, _)| *t);
+        let intervals =
+            if timing { off_cpu_intervals(&timeline, &records, &switch_outs) } else { Intervals::default() };
         // In a big recording, the pages the first pass read are dropped, and those behind the replay as it moves
         // on (records are written about in time order, so the lowest offset still to come keeps rising). A small
         // one stays mapped: mapping its pages again would cost more than the memory they take.
@@ -276,7 +309,7 @@ impl Symbolizer {
         }
         let mut lowest_to_come = vec![u64::MAX; timeline.len() + 1];
         for (i, (_, replay)) in timeline.iter().enumerate().rev() {
-            let offset = if let Replay::Sample(o) = replay { *o } else { u64::MAX };
+            let offset = if let Replay::Sample { offset, .. } = replay { *offset } else { u64::MAX };
             lowest_to_come[i] = lowest_to_come[i + 1].min(offset);
         }
         for (i, (_, replay)) in timeline.iter().enumerate() {
@@ -284,19 +317,34 @@ impl Symbolizer {
                 reader.release_data_before(lowest_to_come[i]);
             }
             match replay {
-                Replay::Sample(offset) => {
-                    let Ok(Record::Sample(s)) = reader.record_at(*offset) else {
+                Replay::Sample { offset, event, .. } => {
+                    let Ok(Record::Sample(mut s)) = reader.record_at(*offset) else {
                         // Located by the first pass, but its body does not decode.
                         read.records -= 1;
                         read.undecodable += 1;
                         continue;
                     };
-                    let ev = reader.event_of(s.id);
-                    let idx = reader.events().iter().position(|e| std::ptr::eq(e, ev)).unwrap_or(0);
-                    f(self.resolve(&s, event_names[idx].clone()))?;
+                    let event = *event as usize;
+                    let mut off_cpu = None;
+                    if switch_outs.times(event) {
+                        // A switch-out weighs the time until its thread ran again; one without is left out.
+                        let Some(interval) = intervals.get(i) else { continue };
+                        off_cpu = Some(switch_outs.state(event, &s, interval));
+                        s.period = interval.end.saturating_sub(s.time);
+                        self.stats.switch_outs += 1;
+                    }
+                    f(self.resolve(&s, event_names[event].clone(), off_cpu))?;
                 }
                 Replay::Record(i) => self.observe(&records[*i]),
+                Replay::Switch { .. } => {}
             }
+        }
+        self.stats.switch_outs_unmatched = intervals.unmatched;
+        if intervals.unmatched > 0 {
+            tracing::info!(
+                "{} switch-outs had no switch-in to time them (lost records, or a thread's last) and were left out",
+                intervals.unmatched
+            );
         }
         // What only the replay needed goes now, before the stages that follow it take their memory.
         reader.release_data_before(u64::MAX);
@@ -366,8 +414,9 @@ impl Symbolizer {
         true
     }
 
-    /// Names one sample's frames, leaf first, context markers removed.
-    fn resolve(&mut self, s: &Sample, event: Arc<str>) -> ResolvedSample {
+    /// Names one sample's frames, leaf first, context markers removed; a runnable switch-out's stack ends in a
+    /// `[runnable]` frame.
+    fn resolve(&mut self, s: &Sample, event: Arc<str>, off_cpu: Option<OffCpuState>) -> ResolvedSample {
         let comm = self.processes.comm(s.pid, s.tid);
         let space = match self.processes.get(s.pid) {
             Some(p) => (p.space.id, p.space.generation),
@@ -379,7 +428,12 @@ impl Symbolizer {
         let callchain = if unwound { &chain[..] } else { &s.callchain[..] };
         let key = &mut self.stack_key;
         key.clear();
-        key.extend_from_slice(&[space.0, space.1, (s.misc & MISC_CPUMODE_MASK) as u64, s.ip]);
+        let state = match off_cpu {
+            None => 0,
+            Some(OffCpuState::Blocked) => 1,
+            Some(OffCpuState::Runnable) => 2,
+        };
+        key.extend_from_slice(&[space.0, space.1, (s.misc & MISC_CPUMODE_MASK) as u64 | state << 16, s.ip]);
         key.extend_from_slice(callchain);
         self.stack_lookups += 1;
         if self.stack_lookups == HIT_RATE_SAMPLES {
@@ -394,7 +448,12 @@ impl Symbolizer {
             }
             _ => {
                 let mut steady = 0..u64::MAX;
-                let frames = self.resolve_frames(s, callchain, &mut steady);
+                let mut frames = self.resolve_frames(s, callchain, &mut steady);
+                if off_cpu == Some(OffCpuState::Runnable) {
+                    let marker = Some(self.runnable.clone());
+                    let module = self.unknown_module.clone();
+                    frames.insert(0, Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown });
+                }
                 let counts = FrameCounts::of(&frames);
                 self.stats.count(&counts);
                 if self.stack_cache_frames + frames.len() > STACK_CACHE_FRAMES {
@@ -409,7 +468,17 @@ impl Symbolizer {
             }
         };
         self.unwound = chain;
-        ResolvedSample { pid: s.pid, tid: s.tid, cpu: s.cpu, time: s.time, period: s.period, comm, event, frames }
+        ResolvedSample {
+            pid: s.pid,
+            tid: s.tid,
+            cpu: s.cpu,
+            time: s.time,
+            period: s.period,
+            off_cpu,
+            comm,
+            event,
+            frames,
+        }
     }
 
     /// Names a sample's frames; narrows `steady` to the times at which the same chain gets the same names.
@@ -584,6 +653,27 @@ impl Symbolizer {
     fn warn(&mut self, msg: String) {
         self.sources.warnings.warn(msg);
     }
+}
+
+/// Each timed switch-out's interval: the switch records, thread exits and forks of the time-ordered `timeline`
+/// through [`IntervalPass`], keyed by the switch-out's place in the timeline.
+fn off_cpu_intervals(timeline: &[(u64, Replay)], records: &[Record], switch_outs: &SwitchOuts) -> Intervals {
+    let mut pass = IntervalPass::default();
+    let mut end = 0;
+    for (i, (time, replay)) in timeline.iter().enumerate() {
+        end = end.max(*time);
+        match replay {
+            Replay::Sample { event, tid, .. } if switch_outs.times(*event as usize) => pass.switch_out(i, *tid, *time),
+            Replay::Sample { .. } => {}
+            Replay::Switch { tid, out, preempted } => pass.switched(*tid, *out, *preempted, *time),
+            Replay::Record(r) => match &records[*r] {
+                Record::Exit(t) => pass.exited(t.tid, *time),
+                Record::Fork(t) => pass.forked(t.tid),
+                _ => {}
+            },
+        }
+    }
+    pass.finish(end)
 }
 
 /// The modules of one process's address space, as the stack walker asks for them: its file mappings with their
