@@ -10,7 +10,7 @@ use super::target::{self, ExitWatch, LaunchedCommand};
 use super::{header_features, synthesize, tracepoint};
 use super::{EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::interrupt;
-use crate::perf_data::abi::{RECORD_FORK, RECORD_SAMPLE};
+use crate::perf_data::abi::{RECORD_FORK, RECORD_SAMPLE, RECORD_SWITCH, RECORD_SWITCH_CPU_WIDE};
 use crate::perf_data::tracing::TracingData;
 use crate::perf_data::{Attr, EventDesc, PerfDataWriter, Record, SampleFormat};
 use anyhow::{bail, Context, Result};
@@ -97,8 +97,12 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
     let start_time = chrono::Local::now();
     target::raise_fd_limit();
     let cpus = target::online_cpus()?;
-    let asked_pages =
-        opts.mmap_pages.unwrap_or_else(|| ring::default_data_pages_for(opts.call_graph.stack_copy_bytes())).max(1);
+    let asked_pages = opts
+        .mmap_pages
+        .unwrap_or_else(|| {
+            ring::default_data_pages_for(opts.call_graph.stack_copy_bytes(), opts.mode.records_switches())
+        })
+        .max(1);
     let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, ring::page_size());
     let stack_copy_bytes = call_graph.stack_copy_bytes();
     // Before anything is opened: a missing tracefs is the one line the user sees.
@@ -571,6 +575,10 @@ impl Session<'_> {
 
     fn consume(&mut self, bytes: &[u8], cpu: u32) -> Result<()> {
         let kind = u32::from_ne_bytes(bytes[..4].try_into().expect("records are at least 8 bytes"));
+        if kind == RECORD_SWITCH || kind == RECORD_SWITCH_CPU_WIDE {
+            // Two per switch-out: nothing here needs them decoded.
+            return self.writer().write_raw(bytes);
+        }
         if kind == RECORD_SAMPLE {
             // SAMPLE_IDENTIFIER puts the id first in every sample.
             let id = bytes.get(8..16).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));

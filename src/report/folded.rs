@@ -53,8 +53,8 @@ pub struct TimeByFrame {
 }
 
 /// The frame a switch-out's thread waited in, as the top table names the wait: the innermost frame of managed
-/// (JIT or precompiled) code or of the program itself — not the kernel's scheduler, libc's futex wrappers or a
-/// runtime library — else the innermost user frame, else the leaf.
+/// (JIT or precompiled) code or of the program itself — not the kernel, libc's futex wrappers or a runtime library —
+/// else the innermost user frame; for a kernel thread, the innermost kernel frame outside the scheduler.
 pub fn waiting_frame(frames: &[Frame]) -> Option<&Frame> {
     let real = |f: &&Frame| f.addr != 0;
     let own_code = |f: &&Frame| match f.kind {
@@ -62,11 +62,18 @@ pub fn waiting_frame(frames: &[Frame]) -> Option<&Frame> {
         FrameKind::Native => !is_shared_library(&f.module),
         _ => false,
     };
+    let scheduler = |f: &&Frame| {
+        let name = f.symbol.as_deref().unwrap_or("");
+        ["schedule", "__schedule", "preempt_schedule", "io_schedule", "finish_task_switch"]
+            .iter()
+            .any(|s| name.starts_with(s))
+    };
     frames
         .iter()
         .filter(real)
         .find(own_code)
         .or_else(|| frames.iter().filter(real).find(|f| f.kind != FrameKind::Kernel))
+        .or_else(|| frames.iter().filter(real).find(|f| !scheduler(f)))
         .or_else(|| frames.iter().find(real))
 }
 
