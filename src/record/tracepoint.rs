@@ -128,7 +128,7 @@ fn not_mounted(mode: &str, err: &io::Error) -> String {
     };
     format!(
         "-mode {mode} needs the scheduler tracepoint sched:sched_switch, but tracefs is not mounted here ({}) and \
-         profcpu cannot mount it ({errno}: {err}); {fix}",
+         profcpu cannot mount it ({errno}); {fix}",
         TRACEFS_DIRS.join(", ")
     )
 }
