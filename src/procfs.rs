@@ -108,6 +108,17 @@ impl Process {
         Ok(tids)
     }
 
+    /// Context switches of all the process's threads so far (`voluntary_ctxt_switches` +
+    /// `nonvoluntary_ctxt_switches` of each `task/<tid>/status`); threads that ended take theirs with them.
+    pub fn context_switches(&self) -> io::Result<u64> {
+        let mut total = 0;
+        for tid in self.thread_ids()? {
+            let Ok(text) = self.read(&format!("task/{tid}/status"), MAX_STATUS) else { continue };
+            total += context_switches_of(&String::from_utf8_lossy(&text));
+        }
+        Ok(total)
+    }
+
     /// The command name of the process (`comm`), or of one of its threads.
     pub fn comm(&self, tid: Option<u32>) -> Option<String> {
         let name = match tid {
@@ -196,6 +207,25 @@ pub fn read_setting(path: &str) -> io::Result<String> {
     let mut text = String::new();
     File::open(path)?.take(64 << 10).read_to_string(&mut text)?;
     Ok(text.trim().to_string())
+}
+
+/// Context switches on the whole machine since boot (the `ctxt` line of `/proc/stat`).
+pub fn system_context_switches() -> io::Result<u64> {
+    let mut text = String::new();
+    File::open("/proc/stat")?.take(MAX_STATUS * 16).read_to_string(&mut text)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("ctxt ")?.trim().parse().ok())
+        .ok_or_else(|| io::Error::other("no ctxt line in /proc/stat"))
+}
+
+fn context_switches_of(status: &str) -> u64 {
+    status
+        .lines()
+        .filter_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            matches!(key, "voluntary_ctxt_switches" | "nonvoluntary_ctxt_switches").then(|| value.trim().parse::<u64>().ok())?
+        })
+        .sum()
 }
 
 /// Where file systems of type `fstype` are mounted, as this process sees them (`/proc/self/mounts`; octal escapes
@@ -343,6 +373,16 @@ fn stat_state(stat: &[u8]) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_switches_are_counted() {
+        let me = Process::open(std::process::id()).unwrap();
+        let before = me.context_switches().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(me.context_switches().unwrap() > before);
+        assert!(system_context_switches().unwrap() > 0);
+        assert_eq!(context_switches_of("voluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t5\n"), 12);
+    }
 
     #[test]
     fn mount_points_are_listed_with_escapes_decoded() {

@@ -7,7 +7,7 @@ use super::explain::{self, OpenTarget};
 use super::progress::Progress;
 use super::ring::{self, RingBuffer};
 use super::target::{self, ExitWatch, LaunchedCommand};
-use super::{header_features, synthesize, tracepoint};
+use super::{header_features, synthesize, tracepoint, CallGraph};
 use super::{EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::interrupt;
 use crate::perf_data::abi::{RECORD_FORK, RECORD_SAMPLE, RECORD_SWITCH, RECORD_SWITCH_CPU_WIDE};
@@ -25,6 +25,8 @@ const TICK: Duration = Duration::from_millis(250);
 const COMMAND_GRACE: Duration = Duration::from_secs(2);
 /// Upper bound on re-listing a target's threads while it keeps creating new ones.
 const MAX_THREAD_RESCANS: usize = 64;
+/// How long a running target's switch rate is watched before `-call-graph auto` decides to copy switch-outs' stacks.
+const SWITCH_RATE_WINDOW: Duration = Duration::from_millis(200);
 
 /// One CPU's ring buffer and the event that owns its mapping; every other event on that CPU writes into it.
 struct CpuBuffer {
@@ -124,12 +126,24 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
     if opts.mode.samples_on_cpu() {
         specs.push(sampling);
     }
+    let mut switch_notice = None;
     if let Some(switches) = &switches {
+        let rate = match call_graph {
+            CallGraph::Auto => target::switch_rate(&opts.target, SWITCH_RATE_WINDOW),
+            _ => None,
+        };
+        let what = match &opts.target {
+            Target::Pid(pid) => format!("PID {pid}"),
+            _ => "the machine".to_string(),
+        };
+        let (copy, notice) = call_graph.switch_copy_bytes(rate, &what);
+        switch_notice = notice;
         // Every switch-out of a target thread with its stack, and (context_switch) when each thread ran again.
         specs.push(EventSpec {
             trigger: Trigger::SchedSwitch { id: switches.id },
             side_band: specs.is_empty(),
             context_switch: true,
+            stack_copy_bytes: copy,
             ..sampling
         });
     }
@@ -160,7 +174,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         kernel_text: synthesize::kernel_text(),
         observer,
     };
-    for n in ring_notice.into_iter().chain(switches.and_then(|s| s.notice)) {
+    for n in ring_notice.into_iter().chain(switches.and_then(|s| s.notice)).chain(switch_notice) {
         tracing::warn!("{n}");
         session.notices.push(n);
     }
@@ -661,9 +675,19 @@ impl Session<'_> {
                 .filter(|(_, &n)| n > 0)
                 .map(|(cpu, n)| format!("CPU {cpu}: {n}"))
                 .collect();
+            let copied_switches = self
+                .specs
+                .iter()
+                .any(|s| matches!(s.trigger, Trigger::SchedSwitch { .. }) && s.stack_copy_bytes > 0);
+            let fix = match copied_switches {
+                // Switch-outs come as fast as the target switches: the rate cannot be lowered, their size can.
+                true => "switch-outs with stack copies came faster than they could be saved: record them with \
+                         -call-graph fp, or use a larger -mmap-pages"
+                    .to_string(),
+                false => "use a larger -mmap-pages or a lower -freq".to_string(),
+            };
             let n = format!(
-                "lost {lost} records ({}): the ring buffers overflowed; use a larger -mmap-pages (now {}) or a lower \
-                 -freq",
+                "lost {lost} records ({}): the ring buffers ({} pages per CPU) overflowed; {fix}",
                 per_cpu.join(", "),
                 self.data_pages
             );

@@ -77,9 +77,10 @@ pub fn waiting_frame(frames: &[Frame]) -> Option<&Frame> {
         .or_else(|| frames.iter().find(real))
 }
 
+/// A shared library, or code the kernel maps into every process (`[vdso]`): not the program's own code.
 fn is_shared_library(module: &str) -> bool {
     let name = module.rsplit('/').next().unwrap_or(module);
-    name.ends_with(".so") || name.contains(".so.")
+    name.ends_with(".so") || name.contains(".so.") || name.starts_with('[')
 }
 
 impl Folded {
