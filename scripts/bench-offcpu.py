@@ -9,8 +9,10 @@ code is). It runs from the start; each recorder attaches to the running process,
 
 Each way is run --repeat times, interleaved so that drift in machine load hits all alike. A run measures, over a
 window of --seconds while recorded: turns per second (slowdown: how much longer a turn takes than alone, medians),
-context switches per second (/proc), the recorder's own CPU time in the window (/proc/PID/stat: not what profcpu
-does after it stops, writing its outputs), lost records (perf: `perf report --stats`; profcpu: its summary line)
+the workload's CPU time per turn (the kernel does the events' work in the switching threads, so this grows by what
+recording costs them, and is steadier than throughput on a loaded machine), context switches per second (/proc),
+the recorder's own CPU time in the window (/proc/PID/stat: not what profcpu does after it stops, writing its
+outputs), lost records (perf: `perf report --stats`; profcpu: its summary line)
 and the perf.data size; then ratios against perf. Usage:
 
   scripts/bench-offcpu.py [--seconds 5] [--repeat 3] [--work 0] [--profcpu target/release/profcpu]
@@ -116,10 +118,10 @@ def run_once(exe, args, name, cmd, tmp):
             time.sleep(2.0)  # both recorders have opened their events well within this
             if prof.poll() is not None:
                 sys.exit(f"recorder exited early: {' '.join(cmd)}\n{prof.stderr.read()}")
-        (turns0, t0), switches0 = mark(work), switches_of(work.pid)
+        (turns0, t0), switches0, work0 = mark(work), switches_of(work.pid), cpu_seconds(work.pid)
         cpu0 = cpu_seconds(prof.pid) if prof else None
         time.sleep(args.seconds)
-        (turns1, t1), switches1 = mark(work), switches_of(work.pid)
+        (turns1, t1), switches1, work1 = mark(work), switches_of(work.pid), cpu_seconds(work.pid)
         # The recorder's CPU time while it recorded (not what it does after: profcpu then writes its outputs).
         cpu = cpu_seconds(prof.pid) - cpu0 if prof else None
         lost, size = 0, 0
@@ -144,7 +146,8 @@ def run_once(exe, args, name, cmd, tmp):
                     print(f"  ({name}: {' / '.join(notices)})")
             size = os.path.getsize(data)
             shutil.rmtree(out, ignore_errors=True) if os.path.isdir(out) else os.remove(out)
-        return (turns1 - turns0) / (t1 - t0), (switches1 - switches0) / (t1 - t0), cpu, lost, size
+        turns = turns1 - turns0
+        return turns / (t1 - t0), (switches1 - switches0) / (t1 - t0), cpu, lost, size, (work1 - work0) / turns * 1e6
     finally:
         work.kill()
         work.wait()
@@ -157,6 +160,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profcpu", default="target/release/profcpu")
     ap.add_argument("--call-graph", nargs="+", default=["auto"], help="profcpu -call-graph modes to run")
+    ap.add_argument("--mmap-pages", nargs="+", default=[], help="also run profcpu -call-graph fp with these ring sizes")
     args = ap.parse_args()
     if not shutil.which("perf"):
         sys.exit("perf not found: install Debian's linux-perf (scripts/setup-deps.sh)")
@@ -169,6 +173,9 @@ def main():
     for mode in args.call_graph:
         ways[f"profcpu {mode}"] = [args.profcpu, "collect", "-mode", "offcpu", "-call-graph", mode, "-pid", "{pid}",
                                    "-duration", "3600", "-output", "{out}"]
+    for pages in args.mmap_pages:
+        ways[f"profcpu fp/{pages}"] = [args.profcpu, "collect", "-mode", "offcpu", "-call-graph", "fp", "-mmap-pages",
+                                       pages, "-pid", "{pid}", "-duration", "3600", "-output", "{out}"]
     with tempfile.TemporaryDirectory() as tmp:
         exe = build_workload(tmp)
         results = {k: [] for k in ways}
@@ -179,11 +186,16 @@ def main():
     base = statistics.median(r[0] for r in results["alone"])
     print(f"workload: 2 threads ping-ponging ({args.work} loop iterations a turn), {args.seconds:.0f} s measured while "
           f"recorded, {args.repeat} runs each, medians")
-    print(f"{'way':<14} {'turns/s':>9} {'slowdown':>9} {'switches/s':>11} {'recorder cpu':>13} {'lost':>8} "
-          f"{'perf.data MB':>13}   (each run's turns/s)")
+    base_cpu = statistics.median(r[5] for r in results["alone"])
+    print(f"{'way':<14} {'turns/s':>9} {'slowdown':>9} {'cpu µs/turn':>12} {'cpu cost':>9} {'switches/s':>11} "
+          f"{'recorder cpu':>13} {'lost':>8} {'perf.data MB':>13}   (each run's turns/s)")
     summary = {}
     for name, runs in results.items():
         turns = statistics.median(r[0] for r in runs)
+        per_turn = statistics.median(r[5] for r in runs)
+        # The workload's own CPU time per turn grows by what recording costs inside its switches (the kernel runs the
+        # events' work in the switching task): steadier than throughput on a machine others load.
+        cost = (per_turn / base_cpu - 1) * 100
         rate = statistics.median(r[1] for r in runs)
         cpus = [r[2] for r in runs if r[2] is not None]
         cpu = statistics.median(cpus) / args.seconds * 100 if cpus else None
@@ -191,14 +203,16 @@ def main():
         size = statistics.median(r[4] for r in runs) / 1e6
         # How much longer a turn takes while recorded.
         slow = (base / turns - 1) * 100
-        summary[name] = (slow, cpu, lost, size)
+        summary[name] = (slow, cpu, lost, size, cost)
         cpu_text = "-" if cpu is None else f"{cpu:.0f}% of a CPU"
         runs_text = " ".join(f"{r[0]:.0f}" for r in runs)
-        print(f"{name:<14} {turns:9.0f} {slow:8.1f}% {rate:11.0f} {cpu_text:>13} {lost:8d} {size:13.1f}   {runs_text}")
-    p_slow, p_cpu, p_lost, p_size = summary["perf"]
+        print(f"{name:<14} {turns:9.0f} {slow:8.1f}% {per_turn:12.2f} {cost:8.1f}% {rate:11.0f} {cpu_text:>13} "
+              f"{lost:8d} {size:13.1f}   {runs_text}")
+    p_slow, p_cpu, p_lost, p_size, p_cost = summary["perf"]
     for name in [n for n in ways if n.startswith("profcpu")]:
-        q_slow, q_cpu, q_lost, q_size = summary[name]
+        q_slow, q_cpu, q_lost, q_size, q_cost = summary[name]
         print(f"{name} vs perf -g: slowdown {q_slow:.1f}% vs {p_slow:.1f}% (ratio {(100 + q_slow) / (100 + p_slow):.2f}),"
+              f" cpu cost per turn {q_cost:.1f}% vs {p_cost:.1f}% (ratio {(100 + q_cost) / (100 + p_cost):.2f}),"
               f" recorder cpu ratio {q_cpu / max(p_cpu, 1e-9):.2f}, lost {q_lost} vs {p_lost}, perf.data "
               f"{q_size / p_size:.2f}x")
 

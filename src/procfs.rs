@@ -223,7 +223,8 @@ fn context_switches_of(status: &str) -> u64 {
         .lines()
         .filter_map(|l| {
             let (key, value) = l.split_once(':')?;
-            matches!(key, "voluntary_ctxt_switches" | "nonvoluntary_ctxt_switches").then(|| value.trim().parse::<u64>().ok())?
+            matches!(key, "voluntary_ctxt_switches" | "nonvoluntary_ctxt_switches")
+                .then(|| value.trim().parse::<u64>().ok())?
         })
         .sum()
 }

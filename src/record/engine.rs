@@ -98,6 +98,7 @@ pub fn record(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result
 fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
     let start_time = chrono::Local::now();
     target::raise_fd_limit();
+    target::raise_priority();
     let cpus = target::online_cpus()?;
     let asked_pages = opts
         .mmap_pages
@@ -194,7 +195,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         Target::Command(argv) => {
             let mut cmd = LaunchedCommand::spawn(argv)?;
             let pid = cmd.pid();
-            session.open_first_task(pid, OpenTarget::Pid(pid))?;
+            session.open_events(pid as i32, &OpenTarget::Pid(pid))?;
             session.create_writer(opts)?;
             session.write_kernel_text()?;
             session.writer().finished_round()?;
@@ -301,7 +302,7 @@ impl Session<'_> {
     fn open_pid(&mut self, pid: u32, opts: &RecordOptions) -> Result<()> {
         // Listed before any event exists, so none of these threads can have inherited one.
         let initial = target::thread_ids(pid).map_err(|_| anyhow::anyhow!(no_such_process(pid)))?;
-        self.open_first_task(pid, OpenTarget::Pid(pid))?;
+        self.open_events(pid as i32, &OpenTarget::Pid(pid))?;
         self.create_writer(opts)?;
         self.write_kernel_text()?;
         for &tid in initial.iter().filter(|&&t| t != pid) {
@@ -361,11 +362,6 @@ impl Session<'_> {
         }
         self.writer().finished_round()?;
         Ok(())
-    }
-
-    /// The first task's events.
-    fn open_first_task(&mut self, tid: u32, what: OpenTarget) -> Result<()> {
-        self.open_events(tid as i32, &what)
     }
 
     /// Every event for task `pid` (-1: all tasks) on every CPU. On the first CPU each event's settings are decided
@@ -675,10 +671,8 @@ impl Session<'_> {
                 .filter(|(_, &n)| n > 0)
                 .map(|(cpu, n)| format!("CPU {cpu}: {n}"))
                 .collect();
-            let copied_switches = self
-                .specs
-                .iter()
-                .any(|s| matches!(s.trigger, Trigger::SchedSwitch { .. }) && s.stack_copy_bytes > 0);
+            let copied_switches =
+                self.specs.iter().any(|s| matches!(s.trigger, Trigger::SchedSwitch { .. }) && s.stack_copy_bytes > 0);
             let fix = match copied_switches {
                 // Switch-outs come as fast as the target switches: the rate cannot be lowered, their size can.
                 true => "switch-outs with stack copies came faster than they could be saved: record them with \

@@ -42,9 +42,8 @@ pub struct SymbolizeStats {
     pub warnings: Vec<String>,
     /// How the samples' stack copies were unwound.
     pub unwind: UnwindStats,
-    /// Switch-outs timed, and those left out for want of an interval (see [`super::off_cpu`]).
+    /// Switch-outs handed on with their time off the CPU (see [`super::off_cpu`]).
     pub switch_outs: u64,
-    pub switch_outs_unmatched: u64,
 }
 
 /// What names every address of one code range: a resolved frame minus its address (what the cache stores;
@@ -339,7 +338,6 @@ impl Symbolizer {
                 Replay::Switch { .. } => {}
             }
         }
-        self.stats.switch_outs_unmatched = intervals.unmatched;
         if intervals.unmatched > 0 {
             tracing::info!(
                 "{} switch-outs had no switch-in to time them (lost records, or a thread's last) and were left out",
