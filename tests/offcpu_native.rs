@@ -145,6 +145,11 @@ fn wall_clock_time_of_each_thread_adds_up_to_the_run() {
         spinner.on_cpu_ns / 1000
     );
     assert!(read(&run.run_dir.join("flamegraph.svg")).contains("wall-clock time: blockers"));
+    // perf reads both events of the recording.
+    let script = perf(&["script", "-i", run.perf_data().to_str().unwrap()]);
+    let script_out = String::from_utf8_lossy(&script.stdout);
+    assert!(script.status.success(), "perf script: {}", String::from_utf8_lossy(&script.stderr));
+    assert!(script_out.contains(" cpu-clock:") && script_out.contains(" sched:sched_switch: prev_comm="));
 
     // One graph per thread, each the thread's whole time.
     postprocess_ok(&run.run_dir, &["-per-thread"]);
@@ -201,6 +206,25 @@ fn missing_tracefs_or_privilege_is_one_line() {
         .expect("cannot run setpriv");
     let line = one_line(&nobody);
     assert!(line.contains("sched:sched_switch") && line.contains("EACCES") && line.contains("root"), "{line}");
+
+    // Allowed to read tracefs, but not to record tracepoints (no CAP_PERFMON, perf_event_paranoid above -1).
+    let reader = Command::new("setpriv")
+        .args(support::hostile::AS_NOBODY)
+        .args(["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"])
+        .args([PROFCPU, "collect", "-mode", "offcpu", "-output", "/tmp", "--", "true"])
+        .output()
+        .expect("cannot run setpriv");
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
+    if paranoid > -1 {
+        let line = one_line(&reader);
+        assert!(
+            line.contains("cannot record the scheduler tracepoint sched:sched_switch") && line.contains("CAP_PERFMON"),
+            "{line}"
+        );
+    } else {
+        // Tracepoints are everybody's here: the same run records.
+        assert!(reader.status.success(), "{}", String::from_utf8_lossy(&reader.stderr));
+    }
 }
 
 /// The run failed with exactly one `profcpu: error:` line.

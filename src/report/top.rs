@@ -136,3 +136,64 @@ impl fmt::Display for TopFrames {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::folded::{FoldOptions, Folder};
+    use crate::report::Weight;
+    use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
+    use std::sync::Arc;
+
+    fn frame(name: &str, module: &str, kind: FrameKind) -> Frame {
+        Frame { addr: 0x1000, symbol: Some(Arc::from(name)), offset: 0, module: Arc::from(module), kind }
+    }
+
+    fn sample(frames: Vec<Frame>, micros: u64, off_cpu: Option<OffCpuState>) -> ResolvedSample {
+        ResolvedSample {
+            pid: 1,
+            tid: 1,
+            cpu: 0,
+            time: 0,
+            period: micros * 1000,
+            off_cpu,
+            comm: Arc::from("app"),
+            event: Arc::from(if off_cpu.is_some() { "sched:sched_switch" } else { "cpu-clock" }),
+            frames: Stack::from(frames),
+        }
+    }
+
+    #[test]
+    fn time_tables_rank_where_time_went_by_state() {
+        let kernel = frame("__schedule", "[kernel.kallsyms]", FrameKind::Kernel);
+        let futex = frame("__futex_abstimed_wait_common", "/usr/lib/libc.so.6", FrameKind::Native);
+        let vdso = frame("clock_gettime", "[vdso]", FrameKind::Native);
+        let wait = frame("void [App] Handler::Wait()", "/tmp/perf-1.map", FrameKind::Jit);
+        let work = frame("void [App] Handler::Work()", "/tmp/perf-1.map", FrameKind::Jit);
+        let mut runnable = vec![frame("[runnable]", "[unknown]", FrameKind::Unknown)];
+        runnable[0].addr = 0;
+        runnable.extend([kernel.clone(), vdso, work.clone()]);
+        let mut folder = Folder::new(&FoldOptions { weight: Weight::Time, all_events: true, ..FoldOptions::default() });
+        folder.add(&sample(vec![kernel.clone(), futex, wait.clone()], 3_000_000, Some(OffCpuState::Blocked)));
+        folder.add(&sample(runnable, 500_000, Some(OffCpuState::Runnable)));
+        folder.add(&sample(vec![work.clone()], 1_000_000, None));
+        folder.add(&sample(vec![work], 1_000_000, None));
+        let folded = folder.finish();
+        assert!(folded.is_off_cpu_only("__schedule") && !folded.is_off_cpu_only("void [App] Handler::Work"));
+        let table = from_folded(&folded, 5);
+        let rows: Vec<(&str, Option<OffCpuState>, u64)> =
+            table.rows.iter().map(|r| (r.name.as_str(), r.state, r.micros)).collect();
+        // Off the CPU each wait is named by the innermost managed frame, not libc's futex wrapper or the vDSO.
+        assert_eq!(
+            rows,
+            [
+                ("void [App] Handler::Wait", Some(OffCpuState::Blocked), 3_000_000),
+                ("void [App] Handler::Work", None, 2_000_000),
+                ("void [App] Handler::Work", Some(OffCpuState::Runnable), 500_000)
+            ]
+        );
+        let text = table.to_string();
+        assert!(text.starts_with("Where the time went (wall clock: 2.000 s on the CPU, 3.500 s off it;"), "{text}");
+        assert!(text.contains("   3.000 s   54.5%  blocked   void [App] Handler::Wait"), "{text}");
+    }
+}
