@@ -263,6 +263,11 @@ impl Background {
         false
     }
 
+    /// The stderr lines read so far (by [`wait_for_line`](Background::wait_for_line)), for failure messages.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr.join("\n")
+    }
+
     /// Waits for the end (failing the test after `limit`) and returns what profcpu said.
     pub fn finish(mut self, limit: Duration) -> Finished {
         let status = wait_with_timeout(&mut self.child, limit);
