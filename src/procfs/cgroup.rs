@@ -324,11 +324,11 @@ mod tests {
     fn this_process_cgroup_reads_and_grows() {
         let me = Process::open(std::process::id()).unwrap();
         let usage = CpuUsage::open(&me).unwrap_or_else(|e| panic!("{e:#}"));
+        // The cgroup's time grows at least as fast as this spinning thread's.
         let before = usage.read().unwrap();
         let spin = std::time::Instant::now();
-        while spin.elapsed() < Duration::from_millis(30) {
-            std::hint::black_box(spin.elapsed());
+        while usage.read().unwrap() < before + Duration::from_millis(30) {
+            assert!(spin.elapsed() < Duration::from_secs(10), "{} did not grow", usage.file().display());
         }
-        assert!(usage.read().unwrap() >= before + Duration::from_millis(20), "{}", usage.file().display());
     }
 }
