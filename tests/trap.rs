@@ -77,7 +77,15 @@ fn favoured() -> Favoured {
         eprintln!("no v1 cpu cgroup hierarchy: the workload competes with everything else on the machine");
         return Favoured { _cgroup: None };
     };
-    let cgroup = TestCgroup::at(&mount, &format!("profcpu-trap-favoured-{}", std::process::id()));
+    let mut cgroup = TestCgroup::at(&mount, &format!("profcpu-trap-favoured-{}", std::process::id()));
+    // Back where this process was when the test is over.
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    let original = cgroups.lines().find_map(|l| {
+        let mut fields = l.splitn(3, ':');
+        let controllers = fields.nth(1)?;
+        controllers.split(',').any(|c| c == "cpu").then(|| fields.next()).flatten()
+    });
+    cgroup.parent_procs = mount.join(original.unwrap_or("/").trim_start_matches('/')).join("cgroup.procs");
     std::fs::write(cgroup.dir.join("cpu.shares"), "10240").unwrap();
     cgroup.add(std::process::id());
     Favoured { _cgroup: Some(cgroup) }
