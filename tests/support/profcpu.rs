@@ -1,4 +1,4 @@
-//! Running the `profcpu` binary as a user would (`collect`, `postprocess`) and reading what it wrote.
+//! Running the `profcpu` binary as a user would (`collect`, `trap`, `postprocess`) and reading what it wrote.
 
 use super::PROFCPU;
 use std::path::{Path, PathBuf};
