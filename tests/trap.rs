@@ -28,6 +28,11 @@ fn s(p: &Path) -> &str {
     p.to_str().expect("UTF-8 scratch path")
 }
 
+/// `profcpu ARGS` in the background, the arguments given as one line (none holds a space).
+fn background(args: &str) -> Background {
+    Background::start(&args.split(' ').collect::<Vec<_>>())
+}
+
 /// The folders a trap printed on stdout, each with its metadata.txt read by profcpu's own parser.
 fn collections(run: &Finished) -> Vec<(PathBuf, Metadata)> {
     run.stdout
@@ -106,20 +111,8 @@ fn webapi_idle_then_loaded_then_idle_again() {
     let api = Api::on_host_with(&work, "8");
     let pid = api.host_pid().to_string();
     let (above_out, below_out) = (work.join("above"), work.join("below"));
-    let mut above = Background::start(&[
-        "trap",
-        "-pid",
-        &pid,
-        "-cpu-above",
-        "50",
-        "-for",
-        "2",
-        "-duration",
-        "3",
-        "-output",
-        s(&above_out),
-    ]);
-    let armed = above.wait_for_line(|l| l.contains("trap: armed"), Duration::from_secs(10));
+    let mut above = background(&format!("trap -pid {pid} -cpu-above 50 -for 2 -duration 3 -output {}", s(&above_out)));
+    let armed = above.wait_for_line(|l| l.contains("armed"), Duration::from_secs(10));
     assert!(armed, "the trap never armed:\n{}", above.stderr_so_far());
 
     // Idle: nothing may fire for 10 s.
@@ -132,19 +125,7 @@ fn webapi_idle_then_loaded_then_idle_again() {
     let fired = above.wait_for_line(|l| l.contains("collecting, 1 of 1"), Duration::from_secs(10));
     assert!(fired, "no collection within 10 s of the load starting:\n{}", above.stderr_so_far());
     // The API is busy now: a trap for low CPU must wait for the load to stop.
-    let mut below = Background::start(&[
-        "trap",
-        "-pid",
-        &pid,
-        "-cpu-below",
-        "20",
-        "-for",
-        "2",
-        "-duration",
-        "2",
-        "-output",
-        s(&below_out),
-    ]);
+    let mut below = background(&format!("trap -pid {pid} -cpu-below 20 -for 2 -duration 2 -output {}", s(&below_out)));
     let above = above.finish(GRACE);
     assert!(above.status.success(), "trap -cpu-above failed ({}):\n{}", above.status, above.stderr);
     let made = collections(&above);
