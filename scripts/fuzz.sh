@@ -106,6 +106,10 @@ for t in "${targets[@]}"; do
     printf '%-14s %12s %10s %8s\n' "$t" "$execs" "$rate" "$corpus" >&2
 done
 echo "fuzz: done in $(($(date +%s) - started)) s" >&2
+# The targets' scratch folders (fuzz/src/lib.rs) of processes that are gone.
+for scratch in /dev/shm/profcpu-fuzz-* "${TMPDIR:-/tmp}"/profcpu-fuzz-*; do
+    [[ -d $scratch && ! -d /proc/${scratch##*-} ]] && rm -rf "$scratch"
+done
 
 if ((${#failed[@]} > 0)); then
     for t in "${failed[@]}"; do
