@@ -4,8 +4,9 @@
 # prints how to reproduce it. CI (scripts/test.sh) runs it with the default time.
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
-#   scripts/fuzz.sh                 # CI: every target, in 4 minutes in all with the build (PROFCPU_FUZZ_BUDGET
-#                                   # seconds, default 240): what the build leaves is shared out, at least 3 s each
+#   scripts/fuzz.sh                 # CI: every target, sharing what the build leaves of 4 minutes
+#                                   # (PROFCPU_FUZZ_BUDGET seconds, default 240), at least 3 s each; the cold
+#                                   # build alone takes ~4.5 CPU-minutes, so a loaded machine runs over
 #   scripts/fuzz.sh 600             # every target 10 minutes: what to run after changing a parser
 #   scripts/fuzz.sh 3600 unwind     # one target, an hour
 # Targets run side by side, one per CPU (PROFCPU_FUZZ_JOBS to change). What a run learns is kept in
