@@ -252,13 +252,17 @@ pub fn possible_cpus() -> u32 {
         .unwrap_or(1)
 }
 
+/// No kernel numbers CPUs this high (`NR_CPUS` is at most 8192): a larger number is no CPU list, and a range up to
+/// it must not become billions of entries (found by fuzzing).
+const MAX_CPU: u32 = 1 << 16;
+
 pub fn parse_cpu_list(list: &str) -> Result<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in list.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b): (u32, u32) = (a.parse()?, b.parse()?);
-                if b < a {
+                if b < a || b >= MAX_CPU {
                     bail!("bad range {part}");
                 }
                 cpus.extend(a..=b);
@@ -430,5 +434,8 @@ mod tests {
         assert_eq!(parse_cpu_list("0-2,5,7-8").unwrap(), vec![0, 1, 2, 5, 7, 8]);
         assert!(parse_cpu_list("").is_err());
         assert!(parse_cpu_list("3-1").is_err());
+        // The procfs fuzz target's out-of-memory: a range of four billion CPUs.
+        assert!(parse_cpu_list("00000-004000000001,+00").is_err());
+        assert_eq!(parse_cpu_list("0-65535").unwrap().len(), 65536);
     }
 }
