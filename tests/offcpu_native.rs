@@ -214,7 +214,8 @@ fn missing_tracefs_or_privilege_is_one_line() {
         .args([PROFCPU, "collect", "-mode", "offcpu", "-output", "/tmp", "--", "true"])
         .output()
         .expect("cannot run setpriv");
-    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
+    let paranoid: i32 =
+        std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").unwrap().trim().parse().unwrap();
     if paranoid > -1 {
         let line = one_line(&reader);
         assert!(

@@ -95,11 +95,23 @@ pub fn record(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result
     result
 }
 
-fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
-    let start_time = chrono::Local::now();
-    target::raise_fd_limit();
-    target::raise_priority();
-    let cpus = target::online_cpus()?;
+/// What `opts` ask the kernel for.
+struct Plan {
+    /// The events, the one carrying the side band (MMAP2, COMM, …) first.
+    specs: Vec<EventSpec>,
+    /// Ring data pages per CPU.
+    data_pages: usize,
+    /// How stacks are recorded, after fitting the ring.
+    call_graph: CallGraph,
+    /// The tracepoints' formats, for the file's HEADER_TRACING_DATA.
+    tracing: Option<TracingData>,
+    /// What was adapted (a ring fitted to the stack copies, tracefs mounted).
+    notices: Vec<String>,
+}
+
+/// What `opts` ask the kernel for. Reads the scheduler tracepoint from tracefs for the off-CPU modes: a missing
+/// tracefs is the one line the user sees, before anything is opened.
+fn plan(opts: &RecordOptions) -> Result<Plan> {
     let asked_pages = opts
         .mmap_pages
         .unwrap_or_else(|| {
@@ -107,8 +119,6 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         })
         .max(1);
     let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, ring::page_size());
-    let stack_copy_bytes = call_graph.stack_copy_bytes();
-    // Before anything is opened: a missing tracefs is the one line the user sees.
     let switches = match opts.mode.records_switches() {
         true => Some(tracepoint::sched_switch(opts.mode.name())?),
         false => None,
@@ -121,14 +131,50 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         inherit: !matches!(opts.target, Target::All),
         enable_on_exec: matches!(opts.target, Target::Command(_)),
         wakeup_bytes: (data_pages.saturating_mul(ring::page_size()) / 2).min(u32::MAX as usize) as u32,
-        stack_copy_bytes,
+        stack_copy_bytes: call_graph.stack_copy_bytes(),
     };
     let mut specs = Vec::new();
     if opts.mode.samples_on_cpu() {
         specs.push(sampling);
     }
-    let mut switch_notice = None;
     if let Some(switches) = &switches {
+        // Every switch-out of a target thread with its stack, and (context_switch) when each thread ran again.
+        specs.push(EventSpec {
+            trigger: Trigger::SchedSwitch { id: switches.id },
+            side_band: specs.is_empty(),
+            context_switch: true,
+            ..sampling
+        });
+    }
+    let notices = ring_notice.into_iter().chain(switches.as_ref().and_then(|s| s.notice.clone())).collect();
+    Ok(Plan { specs, data_pages, call_graph, tracing: switches.map(|s| s.tracing), notices })
+}
+
+/// Opens, and closes at once, the events a recording with `opts` would open first (on the target process, or
+/// CPU-wide for every process), so that a command which records later can refuse now, with the same explanation a
+/// recording would give. A launched command is not checked (it does not exist yet).
+pub fn check_access(opts: &RecordOptions) -> Result<()> {
+    let Plan { mut specs, .. } = plan(opts)?;
+    let cpu = target::online_cpus()?[0] as i32;
+    let (pid, what) = match &opts.target {
+        Target::Pid(pid) => (*pid as i32, OpenTarget::Pid(*pid)),
+        Target::All => (-1, OpenTarget::AllProcesses),
+        Target::Command(_) => return Ok(()),
+    };
+    for spec in &mut specs {
+        events::open_first(spec, pid, cpu, &what)?;
+    }
+    Ok(())
+}
+
+fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
+    let start_time = chrono::Local::now();
+    target::raise_fd_limit();
+    target::raise_priority();
+    let cpus = target::online_cpus()?;
+    let Plan { mut specs, data_pages, call_graph, tracing, mut notices } = plan(opts)?;
+    if let Some(switches) = specs.iter_mut().find(|s| matches!(s.trigger, Trigger::SchedSwitch { .. })) {
+        // Switch-outs' stacks are copied as samples' are, unless `auto` finds the target switching too often.
         let rate = match call_graph {
             CallGraph::Auto => target::switch_rate(&opts.target, SWITCH_RATE_WINDOW),
             _ => None,
@@ -138,15 +184,8 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
             _ => "the machine".to_string(),
         };
         let (copy, notice) = call_graph.switch_copy_bytes(rate, &what);
-        switch_notice = notice;
-        // Every switch-out of a target thread with its stack, and (context_switch) when each thread ran again.
-        specs.push(EventSpec {
-            trigger: Trigger::SchedSwitch { id: switches.id },
-            side_band: specs.is_empty(),
-            context_switch: true,
-            stack_copy_bytes: copy,
-            ..sampling
-        });
+        switches.stack_copy_bytes = copy;
+        notices.extend(notice);
     }
     let max_cpu = cpus.iter().max().copied().unwrap_or(0) as usize;
     let mut session = Session {
@@ -155,7 +194,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         event_of_id: HashMap::new(),
         formats: Vec::new(),
         samples: vec![0; specs.len()],
-        tracing: switches.as_ref().map(|s| s.tracing.clone()),
+        tracing,
         specs,
         buffers: (0..cpus.len()).map(|_| None).collect(),
         cpus,
@@ -175,7 +214,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         kernel_text: synthesize::kernel_text(),
         observer,
     };
-    for n in ring_notice.into_iter().chain(switches.and_then(|s| s.notice)).chain(switch_notice) {
+    for n in notices {
         tracing::warn!("{n}");
         session.notices.push(n);
     }

@@ -104,6 +104,9 @@ impl FlameOptions {
                 _ => "widths: µs off the CPU".to_string(),
             });
         }
+        if let Some(trigger) = &meta.trigger {
+            parts.push(format!("started by {}", trigger.summary()));
+        }
         let (count_name, factor) = count_unit(&meta.event, weight);
         FlameOptions {
             title,
