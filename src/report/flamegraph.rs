@@ -1,8 +1,8 @@
 //! `flamegraph.svg`: the folded stacks drawn by inferno (as a library), coloured by the kind of code of each frame
 //! (JIT/managed green, native yellow, kernel orange, unknown red, thread roots blue-grey) through inferno's palette
 //! map, so the folded file itself stays plain. Off-CPU time is drawn in cold colours of the same kinds (blue
-//! managed, cyan native, violet kernel): the whole graph of an off-CPU profile, the frames only waits have in a
-//! wall-clock one. The SVG keeps inferno's script: click to zoom, Ctrl+F or the
+//! managed, cyan native, violet kernel): the whole graph of an off-CPU profile, the frames whose time was mostly
+//! waiting in a wall-clock one. The SVG keeps inferno's script: click to zoom, Ctrl+F or the
 //! Search button to highlight, and a `?s=<regex>` URL parameter that searches on load.
 
 use super::folded::Folded;
@@ -39,7 +39,7 @@ pub enum Palette {
     OnCpu,
     /// Cold colours by kind of code: every frame is time off the CPU.
     OffCpu,
-    /// Warm where a frame was on the CPU, cold for frames only off-CPU stacks have.
+    /// Warm for frames whose time was mostly on the CPU, cold for those mostly off it.
     Wall,
 }
 
@@ -100,8 +100,8 @@ impl FlameOptions {
         parts.push(format!("{} lost", meta.lost));
         if weight == Weight::Time {
             parts.push(match palette {
-                Palette::Wall => "widths: µs on and off the CPU".to_string(),
-                _ => "widths: µs off the CPU".to_string(),
+                Palette::Wall => "µs on and off CPU".to_string(),
+                _ => "µs off CPU".to_string(),
             });
         }
         if let Some(trigger) = &meta.trigger {
@@ -137,10 +137,8 @@ pub fn count_unit(event: &str, weight: Weight) -> (String, f64) {
 }
 
 const LEGEND: &str = "green JIT · yellow native · orange kernel · red unknown · blue thread";
-const OFF_CPU_LEGEND: &str = "blue managed · cyan native · violet kernel · grey [runnable] · slate thread";
-const WALL_LEGEND: &str =
-    "on CPU: green JIT · yellow native · orange kernel; only off CPU: blue managed · cyan native · \
-                           violet kernel · grey [runnable]";
+const OFF_CPU_LEGEND: &str = "blue managed · cyan native · violet kernel · grey [runnable]";
+const WALL_LEGEND: &str = "warm: mostly on CPU · cold: mostly waiting";
 
 /// Renders `folded` as an interactive SVG. Fails (writing nothing) when there is no stack to draw.
 pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Result<()> {
@@ -156,7 +154,7 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
         let cold = match opts.palette {
             Palette::OnCpu => false,
             Palette::OffCpu => true,
-            Palette::Wall => folded.is_off_cpu_only(name),
+            Palette::Wall => folded.is_mostly_off_cpu(name),
         };
         let (r, g, b) = if cold { cold_color(Some(kind), name) } else { frame_color(Some(kind), name) };
         palette.insert(name, rgb(r, g, b));

@@ -36,7 +36,7 @@ pub struct Folded {
     leaves: Vec<(String, u64)>,
     /// With [`Weight::Time`]: the time by where it went (for the top table).
     time_by_frame: Vec<TimeByFrame>,
-    /// With [`Weight::Time`]: the frame names that only off-CPU stacks have (drawn in cold colours).
+    /// With [`Weight::Time`]: the frame names whose time is mostly off the CPU (drawn in cold colours).
     off_cpu_names: HashSet<String>,
     event: Option<String>,
 }
@@ -114,8 +114,10 @@ impl Folded {
         &self.time_by_frame
     }
 
-    /// Whether only off-CPU stacks have this frame name (always false unless weighted by time).
-    pub fn is_off_cpu_only(&self, name: &str) -> bool {
+    /// Whether most of the time under this frame name was spent off the CPU (always false unless weighted by
+    /// time). A flame graph colours by name, so a frame both kinds of stack have (`__schedule` caught on the CPU,
+    /// a thread's start) takes the colour of most of its time.
+    pub fn is_mostly_off_cpu(&self, name: &str) -> bool {
         self.off_cpu_names.contains(name)
     }
 
@@ -158,9 +160,9 @@ pub struct Folder {
     folded_samples: u64,
     input_samples: u64,
     leaf_samples: Vec<u64>,
-    /// With [`Weight::Time`], per slot: whether an on-CPU sample landed in it, and the name ids of the frame its
-    /// on-CPU (0) and off-CPU (1) samples are listed under in the top table.
-    slot_on_cpu: Vec<bool>,
+    /// With [`Weight::Time`], per slot: the weight of its on-CPU (0) and off-CPU (1) samples, and the name ids of
+    /// the frame they are listed under in the top table.
+    slot_time: Vec<[u64; 2]>,
     slot_labels: Vec<[Option<u32>; 2]>,
     /// Samples and weight by (name id, state: 0 on CPU, 1 blocked, 2 runnable).
     time_by_label: FxHashMap<(u32, u8), (u64, u64)>,
@@ -183,7 +185,7 @@ impl Folder {
             folded_samples: 0,
             input_samples: 0,
             leaf_samples: Vec::new(),
-            slot_on_cpu: Vec::new(),
+            slot_time: Vec::new(),
             slot_labels: Vec::new(),
             time_by_label: FxHashMap::default(),
         }
@@ -224,7 +226,7 @@ impl Folder {
     /// Notes where a time-weighted sample's time went: the leaf on the CPU, the waiting frame off it.
     fn add_time(&mut self, sample: &ResolvedSample, root: Root, slot: usize, weight: u64) {
         let off = sample.off_cpu.is_some() as usize;
-        self.slot_on_cpu[slot] |= off == 0;
+        self.slot_time[slot][off] += weight;
         let label = match self.slot_labels[slot][off] {
             Some(label) => label,
             None => {
@@ -260,7 +262,7 @@ impl Folder {
         self.counts.push(0);
         self.leaves.push(*self.stack.last().expect("a stack with frames"));
         if self.weight == Weight::Time {
-            self.slot_on_cpu.push(false);
+            self.slot_time.push([0, 0]);
             self.slot_labels.push([None, None]);
         }
         Some(slot)
@@ -281,27 +283,33 @@ impl Folder {
             folded_samples,
             input_samples,
             leaf_samples,
-            slot_on_cpu,
+            slot_time,
             time_by_label,
             ..
         } = self;
         let mut total = 0u64;
         let mut used = vec![false; namer.name_count()];
-        let mut on_cpu = vec![false; namer.name_count()];
+        // Per name, its time on and off the CPU (a name counts once per stack).
+        let mut name_time = vec![[0u64; 2]; if weight == Weight::Time { namer.name_count() } else { 0 }];
         let mut stacks: Vec<(String, u64)> = slots
             .into_iter()
             .map(|(ids, slot)| {
                 let count = counts[slot as usize];
                 total += count;
                 let mut line = String::with_capacity(ids.len() * 24);
-                let slot_on_cpu = slot_on_cpu.get(slot as usize).copied().unwrap_or(true);
+                let time = slot_time.get(slot as usize).copied();
                 for (i, &id) in ids.iter().enumerate() {
                     if i > 0 {
                         line.push(';');
                     }
                     line.push_str(namer.name(id));
                     used[id as usize] = true;
-                    on_cpu[id as usize] |= slot_on_cpu;
+                    if let (Some(time), Some(total)) = (time, name_time.get_mut(id as usize)) {
+                        if !ids[..i].contains(&id) {
+                            total[0] += time[0];
+                            total[1] += time[1];
+                        }
+                    }
                 }
                 (line, count)
             })
@@ -331,13 +339,10 @@ impl Folder {
                 weight,
             })
             .collect();
-        let off_cpu_names = match weight {
-            Weight::Time => (0..namer.name_count() as u32)
-                .filter(|&id| used[id as usize] && !on_cpu[id as usize] && namer.kind(id).is_some())
-                .map(|id| namer.name(id).to_string())
-                .collect(),
-            _ => HashSet::new(),
-        };
+        let off_cpu_names = (0..name_time.len() as u32)
+            .filter(|&id| namer.kind(id).is_some() && name_time[id as usize][1] > name_time[id as usize][0])
+            .map(|id| namer.name(id).to_string())
+            .collect();
         Folded {
             stacks,
             kinds,
