@@ -5,7 +5,8 @@
 //! is known, so its tar header goes into a stored block that is rewritten in place at the end. Every other entry
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
-use super::deflate::{deflate_segment, stored_block, Deflater, FINAL_BLOCK};
+use super::deflate::{deflate_segment, stored_block, EchoDeflater, FINAL_BLOCK};
+use crate::repeats::Echo;
 use crate::fs::Dir;
 use anyhow::{Context, Result};
 use crc32fast::Hasher as Crc;
@@ -16,7 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-const BLOCK: usize = 512;
+pub const BLOCK: usize = 512;
 const ZEROS: [u8; 2 * BLOCK] = [0; 2 * BLOCK];
 
 /// Gzip header: deflate, no name or extra fields, no time, OS Unix.
@@ -76,21 +77,36 @@ pub struct Segment {
 
 impl Segment {
     /// A segment of one entry read from an open file (`len` bytes of it, in pieces: the file is not kept in
-    /// memory).
-    pub fn of_file(level: Compression, name: &Path, mut file: File, len: u64, mtime: u64) -> Result<Segment> {
-        let mut d = Deflater::new(level);
+    /// memory), compressed by [`EchoDeflater`] with the echoes `find_echoes` gives: it is called with each stretch of
+    /// the stream read (from its stream position; the file's first byte follows the 512-byte tar header), appends
+    /// the echoes it finds there and returns how many of those bytes can be compressed now (the rest is given again
+    /// with the next stretch). `|_, bytes, _| bytes.len()` finds none.
+    pub fn of_file(
+        name: &Path,
+        mut file: File,
+        len: u64,
+        mtime: u64,
+        mut find_echoes: impl FnMut(u64, &[u8], &mut Vec<Echo>) -> usize,
+    ) -> Result<Segment> {
+        const READ: usize = 1 << 20;
+        let mut d = EchoDeflater::new();
         d.feed(&tar_header(name, len, mtime, false)?);
-        let mut buf = vec![0u8; 1 << 20];
+        let mut echoes = Vec::new();
         let mut left = len;
         while left > 0 {
-            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-            let n = std::io::Read::read(&mut file, &mut buf[..want])
+            let want = READ.min(usize::try_from(left).unwrap_or(usize::MAX));
+            let n = std::io::Read::read(&mut file, &mut d.space(want)[..want])
                 .with_context(|| format!("cannot read {}", name.display()))?;
             if n == 0 {
                 anyhow::bail!("{} became shorter while it was archived", name.display());
             }
-            d.feed(&buf[..n]);
+            d.filled(n);
             left -= n as u64;
+            let (at, waiting) = d.waiting();
+            echoes.clear();
+            let ready = find_echoes(at, waiting, &mut echoes);
+            let ready = if left == 0 { waiting.len() } else { ready.min(waiting.len()) };
+            d.encode(ready, &echoes);
         }
         d.feed(padding(len));
         let (compressed, crc) = d.finish();
