@@ -45,9 +45,10 @@ pub enum SymbolSource {
 /// debuglink), copied into memory with a few large reads; the rest stays zero. Mapping the file instead would let
 /// whoever owns it (a container) kill profcpu with SIGBUS by truncating it during the read; reading through a cache
 /// of small blocks costs one system call per symbol name (tens of thousands for libcoreclr). The copy is as long as
-/// the file, but only the pages that are read into are ever touched, so a 300 MB debug file costs its symbol table.
+/// the file, in fresh anonymous memory: only the pages that are read into are ever touched (and none is zeroed by
+/// hand first), so a 300 MB debug file costs its symbol table.
 pub struct ElfImage {
-    bytes: Vec<u8>,
+    bytes: memmap2::MmapMut,
 }
 
 /// Larger files are not read (no shared library or debug file comes near it; a planted sparse file could).
@@ -58,7 +59,11 @@ impl ElfImage {
     pub fn read(file: &File) -> Result<Option<ElfImage>> {
         let len = file.metadata().context("cannot stat the file")?.len();
         anyhow::ensure!(len <= MAX_ELF_LEN, "{len} bytes is more than an ELF file profcpu reads ({MAX_ELF_LEN})");
-        let mut image = ElfImage { bytes: vec![0; len as usize] };
+        if len < 4 {
+            return Ok(None);
+        }
+        let bytes = memmap2::MmapMut::map_anon(len as usize).context("out of memory")?;
+        let mut image = ElfImage { bytes };
         image.fill(file, 0, 64.min(len))?;
         if !is_elf(&image.bytes[..]) {
             return Ok(None);

@@ -497,14 +497,14 @@ impl Symbolizer {
             }
             return RangeName { symbol: Some(self.hidden_kernel.clone()), base: addr, ..unnamed };
         }
-        let Some(r) = k.table.lookup(addr) else { return unnamed };
+        let Some(symbol) = k.lookup(addr) else { return unnamed };
         if let Some(u) = &mut self.usage {
-            u.kernel.insert(r.start, (r.end, r.value.name.clone(), r.value.module.clone()));
+            u.kernel.insert(symbol.start, (symbol.end, symbol.name.clone(), symbol.module.clone()));
         }
         RangeName {
-            symbol: Some(r.value.name.clone()),
-            base: r.start,
-            module: r.value.module.clone(),
+            symbol: Some(symbol.name),
+            base: symbol.start,
+            module: symbol.module,
             kind: FrameKind::Kernel,
             unnamed_function: None,
         }

@@ -20,7 +20,7 @@
 use super::address_space::FileId;
 use super::demangle::LazyName;
 use super::dso::{DsoSymbols, FileHit};
-use super::kallsyms::{KernelSymbol, KernelSymbols};
+use super::kallsyms::KernelSymbols;
 use super::name_limit;
 use super::perf_map::{parse_hex, parse_line};
 use super::ranges::{Range, RangeTable};
@@ -157,23 +157,15 @@ impl CapturedDir {
     pub fn load_kernel(&self) -> Result<Option<KernelSymbols>> {
         let Some(text) = read_text(&self.dir, KERNEL_FILE)? else { return Ok(None) };
         let hidden = text.lines().any(|l| l.trim() == "# hidden");
-        let mut modules: HashMap<String, Arc<str>> = HashMap::new();
-        let ranges = content_lines(&text)
-            .filter_map(|line| {
-                let mut f = line.splitn(4, ' ');
-                let start = parse_hex(f.next()?)?;
-                let size = parse_hex(f.next()?)?;
-                let module = f.next()?;
-                let name = f.next()?.trim();
-                let module = modules.entry(module.to_string()).or_insert_with(|| name_limit::cap_arc(module)).clone();
-                Some(Range {
-                    start,
-                    end: start.checked_add(size)?,
-                    value: KernelSymbol { name: name_limit::cap_arc(name), module },
-                })
-            })
-            .collect();
-        Ok(Some(KernelSymbols { table: RangeTable::from_unsorted(ranges), hidden }))
+        let entries = content_lines(&text).filter_map(|line| {
+            let mut f = line.splitn(4, ' ');
+            let start = parse_hex(f.next()?)?;
+            let size = parse_hex(f.next()?)?;
+            let module = f.next()?;
+            let name = f.next()?.trim();
+            Some((start, start.checked_add(size)?, name, module))
+        });
+        Ok(Some(KernelSymbols::from_entries(entries, hidden)))
     }
 
     pub fn perf_map(&self, pid: u32) -> String {
@@ -423,7 +415,7 @@ mod tests {
         assert_eq!(table.functions.lookup(0x600f).map(|r| r.start), Some(0x6000));
         let k = c.load_kernel().unwrap().unwrap();
         assert!(!k.hidden);
-        let ext4 = &k.table.lookup(0xffffffffc0000005).unwrap().value;
+        let ext4 = k.lookup(0xffffffffc0000005).unwrap();
         assert_eq!((ext4.name.as_ref(), ext4.module.as_ref()), ("ext4_readdir", "[ext4]"));
         // Written files are never overwritten.
         assert!(write_usage(&out, &usage).is_err());
