@@ -6,8 +6,8 @@
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
 use super::deflate::{deflate_segment, stored_block, EchoDeflater, FINAL_BLOCK};
-use crate::repeats::Echo;
 use crate::fs::Dir;
+use crate::repeats::Echo;
 use anyhow::{Context, Result};
 use crc32fast::Hasher as Crc;
 use flate2::Compression;

@@ -40,7 +40,13 @@ impl StackEchoes {
     /// For the file `reader` reads, given to the compressor from stream position `base` on.
     pub fn new(reader: &PerfDataReader, base: u64) -> StackEchoes {
         let data = reader.data_range();
-        StackEchoes { formats: reader.sample_formats().clone(), next: data.start, data, base, last: FxHashMap::default() }
+        StackEchoes {
+            formats: reader.sample_formats().clone(),
+            next: data.start,
+            data,
+            base,
+            last: FxHashMap::default(),
+        }
     }
 
     /// `bytes` are the stream from position `at` on, the next to compress (they start where the bytes the last

@@ -18,12 +18,12 @@
 //! libcoreclr symbol table of megabytes).
 
 use super::address_space::FileId;
-use super::demangle::LazyName;
 use super::dso::{DsoSymbols, FileHit};
 use super::kallsyms::KernelSymbols;
 use super::name_limit;
 use super::perf_map::{parse_hex, parse_line};
 use super::ranges::{Range, RangeTable};
+use super::symbol_table::{SymbolTable, SymbolTableBuilder};
 use super::unwind::ModuleCfi;
 use crate::fs::{Dir, Limit};
 use anyhow::{Context, Result};
@@ -139,16 +139,16 @@ impl CapturedDir {
             anyhow::bail!("bad symbol file name {symfile:?} in {DSOS_FILE}");
         }
         let text = read_text(&self.dir, symfile)?.with_context(|| format!("{symfile} is missing"))?;
-        let (mut names, mut functions) = (Vec::new(), Vec::new());
+        let (mut names, mut functions) = (SymbolTableBuilder::new(false), Vec::new());
         for line in content_lines(&text) {
             if let Some((start, end, name)) = parse_line(line) {
-                names.push(Range { start, end, value: Arc::new(LazyName::plain(name_limit::cap_arc(name))) });
+                names.push(start, end, name);
             } else if let Some((start, end)) = parse_unnamed_line(line) {
                 functions.push(Range { start, end, value: () });
             }
         }
         Ok(CapturedTable {
-            names: RangeTable::from_unsorted(names),
+            names: names.build(),
             functions: RangeTable::from_unsorted(functions),
             managed: symfile.starts_with(MANAGED_PREFIX),
         })
@@ -193,7 +193,7 @@ impl CapturedDir {
 /// A saved symbol table: named ranges, unnamed functions, and whether the file is a ReadyToRun image.
 #[derive(Debug)]
 pub struct CapturedTable {
-    pub names: RangeTable<Arc<LazyName>>,
+    pub names: SymbolTable,
     pub functions: RangeTable<()>,
     pub managed: bool,
 }
@@ -398,8 +398,8 @@ mod tests {
         let table = c.load_dso_table(entry.symfile.as_ref().unwrap()).unwrap();
         assert!(!table.managed);
         let names = &table.names;
-        assert_eq!(names.lookup(0x107f).unwrap().value.get().as_ref(), "WKS::gc_heap::mark_object_simple");
-        assert_eq!(names.lookup(0x2000).unwrap().value.get().as_ref(), "name with spaces");
+        assert_eq!(names.lookup(0x107f).unwrap().2.as_ref(), "WKS::gc_heap::mark_object_simple");
+        assert_eq!(names.lookup(0x2000).unwrap().2.as_ref(), "name with spaces");
         assert!(names.lookup(0x1080).is_none());
         assert!(names.lookup(0x3000).is_none());
         assert_eq!(table.functions.lookup(0x30ff).map(|r| (r.start, r.end)), Some((0x3000, 0x3100)));
@@ -408,10 +408,7 @@ mod tests {
         assert!(managed.starts_with("r2r-"), "{managed}");
         let table = c.load_dso_table(&managed).unwrap();
         assert!(table.managed);
-        assert_eq!(
-            table.names.lookup(0x5001).unwrap().value.get().as_ref(),
-            "int32 [System.Private.CoreLib] X::Y()[PreJIT]"
-        );
+        assert_eq!(table.names.lookup(0x5001).unwrap().2.as_ref(), "int32 [System.Private.CoreLib] X::Y()[PreJIT]");
         assert_eq!(table.functions.lookup(0x600f).map(|r| r.start), Some(0x6000));
         let k = c.load_kernel().unwrap().unwrap();
         assert!(!k.hidden);
