@@ -108,6 +108,29 @@ impl Dir {
         Ok(File::from(fd))
     }
 
+    /// A file in this folder without a name (`O_TMPFILE`; where the file system has none, one created under
+    /// `name` and unlinked at once), open for reading and writing: scratch space on the folder's disk that nothing
+    /// can open, and that goes with its last descriptor.
+    pub fn scratch_file(&self, name: &str) -> io::Result<File> {
+        let anonymous = openat(
+            self.fd(),
+            ".",
+            OFlag::O_TMPFILE | OFlag::O_RDWR | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        );
+        if let Ok(fd) = anonymous {
+            return Ok(File::from(fd));
+        }
+        let fd = openat(
+            self.fd(),
+            name,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )?;
+        self.remove_file(name)?;
+        Ok(File::from(fd))
+    }
+
     /// Creates `name` as [`create_file`](Self::create_file) does and writes `bytes` into it; errors name the file.
     pub fn write_file(&self, name: impl AsRef<Path>, bytes: &[u8]) -> Result<()> {
         let shown = self.shown(name.as_ref());

@@ -111,6 +111,13 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         // from the other stages. Each on its own thread: with stack copies, perf.data alone can take as long as
         // naming every sample.
         let mut echoes = StackEchoes::new(&reader, tarball::BLOCK as u64);
+        // perf.data's compressed segment can be hundreds of MB: kept in a nameless file until it joins the archive.
+        let spill_name = ".perf.data.deflate";
+        let spill_path = staging.dir().shown(spill_name);
+        let spill = staging
+            .dir()
+            .scratch_file(spill_name)
+            .with_context(|| format!("cannot create a scratch file in {}", staging.dir().path().display()))?;
         let perf_data_segment = spawn_named(scope, "archive-perf-data", move || -> Result<Segment> {
             let started = Instant::now();
             let segment = Segment::of_file(
@@ -119,10 +126,11 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                 perf_data_meta.len(),
                 tarball::mtime_of(&perf_data_meta),
                 |at, bytes, out| echoes.scan(at, bytes, out),
+                (spill, &spill_path),
             )?;
             tracing::debug!(
                 "perf.data compressed to {:.1} MB in {:.1?} ({})",
-                segment.compressed.len() as f64 / 1e6,
+                segment.compressed.size() as f64 / 1e6,
                 started.elapsed(),
                 thread_cpu()
             );
