@@ -202,7 +202,8 @@ def settle(api_pid):
 
 
 def timed(argv_list, stdout_path):
-    """Runs a pipeline of commands (one command: a plain run); returns (wall s, [maxrss KB per stage])."""
+    """Runs a pipeline of commands (one command: a plain run); returns (wall s, [maxrss KB per stage], CPU s of all
+    stages: user + system, which other load on the machine hardly changes)."""
     procs = []
     started = time.perf_counter()
     prev = None
@@ -217,19 +218,21 @@ def timed(argv_list, stdout_path):
         prev = p
     rss = {}
     statuses = {}
+    cpu = 0.0
     while len(rss) < len(procs):
         pid, status, usage = os.wait4(-1, 0)
         for p in procs:
             if p.pid == pid:
                 rss[pid] = usage.ru_maxrss
                 statuses[pid] = status
+                cpu += usage.ru_utime + usage.ru_stime
     wall = time.perf_counter() - started
     out.close()
     for p in procs:
         p.returncode = os.waitstatus_to_exitcode(statuses[p.pid])
         if p.returncode != 0:
             die(f"{' '.join(p.args)} exited with {p.returncode}")
-    return wall, [rss[p.pid] for p in procs]
+    return wall, [rss[p.pid] for p in procs], cpu
 
 
 def main():
@@ -300,11 +303,12 @@ def main():
                 die(f"{svg} does not name {wanted}: frames unnamed, the comparison would be unfair")
         rows = []
         for i in range(args.runs):
-            t_ours, rss_ours = timed([ours], os.devnull)
-            t_pipe, rss_pipe = timed(pipeline, pipe_svg)
-            rows.append((t_ours, rss_ours[0], t_pipe, rss_pipe))
-            log(f"run {i + 1}: profcpu {t_ours * 1e3:.0f} ms {rss_ours[0] / 1024:.1f} MB | pipeline {t_pipe * 1e3:.0f} ms, "
-                f"peak RSS per stage {' / '.join(f'{r / 1024:.1f}' for r in rss_pipe)} MB")
+            t_ours, rss_ours, cpu_ours = timed([ours], os.devnull)
+            t_pipe, rss_pipe, cpu_pipe = timed(pipeline, pipe_svg)
+            rows.append((t_ours, rss_ours[0], t_pipe, rss_pipe, cpu_ours, cpu_pipe))
+            log(f"run {i + 1}: profcpu {t_ours * 1e3:.0f} ms (CPU {cpu_ours * 1e3:.0f} ms) {rss_ours[0] / 1024:.1f} MB | "
+                f"pipeline {t_pipe * 1e3:.0f} ms (CPU {cpu_pipe * 1e3:.0f} ms), peak RSS per stage "
+                f"{' / '.join(f'{r / 1024:.1f}' for r in rss_pipe)} MB; load {os.getloadavg()[0]:.1f}")
 
         med = statistics.median
         t_ours = med(r[0] for r in rows)
@@ -322,6 +326,10 @@ def main():
         print(f"perf script | inferno-collapse-perf | inferno-flamegraph: median {t_pipe * 1e3:.0f} ms "
               f"(min {min(r[2] for r in rows) * 1e3:.0f}), peak RSS {rss_stage / 1024:.1f} MB largest stage, "
               f"{rss_sum / 1024:.1f} MB all stages")
+        cpu_ours = med(r[4] for r in rows)
+        cpu_pipe = med(r[5] for r in rows)
+        print(f"CPU time (user + system, all threads and stages): profcpu median {cpu_ours * 1e3:.0f} ms, pipeline "
+              f"{cpu_pipe * 1e3:.0f} ms, {cpu_pipe / cpu_ours:.1f}x")
         target = 5 if args.case == "worst" else 10
         print(f"speed-up {t_pipe / t_ours:.1f}x (target >= {target}x); RSS {rss_ours / rss_stage:.2f}x of the largest "
               f"stage, {rss_ours / rss_sum:.2f}x of all stages (target <= 1)")

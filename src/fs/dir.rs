@@ -207,20 +207,44 @@ impl Dir {
         }
     }
 
-    /// Removes everything in this folder (not the folder itself).
+    /// Removes everything in this folder (not the folder itself). Files are unlinked a few at a time on threads
+    /// of their own: freeing a file's blocks waits on the disk (on a file system mounted with `discard`, tens of
+    /// milliseconds for a large output), and the waits overlap.
     pub fn remove_contents(&self) -> io::Result<()> {
+        let (mut folders, mut files) = (Vec::new(), Vec::new());
         for name in self.list()? {
             let name = name.to_string_lossy().into_owned();
-            if self.kind(&name) == Some(Kind::Dir) {
-                self.remove_tree(&name)?;
-            } else {
-                match self.remove_file(&name) {
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    other => other?,
-                }
+            match self.kind(&name) == Some(Kind::Dir) {
+                true => folders.push(name),
+                false => files.push(name),
             }
         }
-        Ok(())
+        for name in folders {
+            self.remove_tree(&name)?;
+        }
+        let remove = |name: &String| match self.remove_file(name) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            other => other,
+        };
+        const AT_ONCE: usize = 4;
+        let share = files.len().div_ceil(AT_ONCE).max(1);
+        std::thread::scope(|scope| {
+            let mut batches = files.chunks(share);
+            let here = batches.next().unwrap_or_default();
+            // A batch no thread can be started for is removed here.
+            let mut threads = Vec::new();
+            for batch in batches {
+                match std::thread::Builder::new().spawn_scoped(scope, move || batch.iter().try_for_each(remove)) {
+                    Ok(thread) => threads.push(thread),
+                    Err(_) => batch.iter().try_for_each(remove)?,
+                }
+            }
+            here.iter().try_for_each(remove)?;
+            for thread in threads {
+                thread.join().unwrap_or_else(|_| Err(io::Error::other("removing files panicked")))?;
+            }
+            Ok(())
+        })
     }
 
     /// Whether `name` here is the folder `which` refers to (same device and inode).

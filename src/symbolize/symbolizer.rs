@@ -234,6 +234,9 @@ impl Symbolizer {
     ) -> Result<SymbolizeStats> {
         self.add_build_ids(&reader.features().build_ids);
         self.sources.recorded_release = reader.features().osrelease.clone();
+        if reader.events().iter().any(|e| !e.attr.excludes_kernel()) {
+            self.sources.prefetch_kernel();
+        }
         for w in reader.warnings() {
             self.warn(format!("perf.data: {w}"));
         }

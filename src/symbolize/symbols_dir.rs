@@ -154,6 +154,11 @@ impl CapturedDir {
         })
     }
 
+    /// Whether the capture saved kernel symbols.
+    pub fn has_kernel(&self) -> bool {
+        self.dir.kind(KERNEL_FILE).is_some()
+    }
+
     pub fn load_kernel(&self) -> Result<Option<KernelSymbols>> {
         let Some(text) = read_text(&self.dir, KERNEL_FILE)? else { return Ok(None) };
         let hidden = text.lines().any(|l| l.trim() == "# hidden");

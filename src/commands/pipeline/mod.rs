@@ -129,7 +129,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                 (spill, &spill_path),
             )?;
             tracing::debug!(
-                "perf.data compressed to {:.1} MB in {:.1?} ({})",
+                "perf.data compressed to {:.2} MB in {:.1?} ({})",
                 segment.compressed.size() as f64 / 1e6,
                 started.elapsed(),
                 thread_cpu()
