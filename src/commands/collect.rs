@@ -10,7 +10,7 @@ use crate::cli::{CollectArgs, CollectOptions};
 use crate::fs::Dir;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::record::{self, EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
-use crate::report::metadata_txt::Metadata;
+use crate::report::metadata_txt::{Metadata, Trigger};
 use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
@@ -30,14 +30,15 @@ pub fn run(args: CollectArgs) -> Result<()> {
     } else {
         Target::Pid(args.pid)
     };
-    let run_dir = collect(target, &args.options)?;
+    let run_dir = collect(target, &args.options, None)?;
     println!("{}", run_dir.display());
     Ok(())
 }
 
 /// One whole collection of `target` as `options` say: records, saves what naming needs, writes every output, and
-/// returns the run folder. Commands that collect (collect, trap) all come through here.
-pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
+/// returns the run folder. Commands that collect (collect, trap) all come through here; `trigger` is what started
+/// it, for metadata.txt.
+pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger>) -> Result<PathBuf> {
     // A wrong PID must not leave an empty run folder behind.
     record::check_target(&target)?;
     let (base, run_name, run_dir) = create_run_dir(&options.output, chrono::Local::now())?;
@@ -62,17 +63,7 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
         target_info: None,
     };
 
-    let opts = RecordOptions {
-        target,
-        duration: Some(duration),
-        frequency: options.freq,
-        event: options.event,
-        mmap_pages: options.mmap_pages,
-        call_graph: options.call_graph,
-        output: run_dir.clone(),
-        perf_data: pipeline::PERF_DATA_FILE.to_string(),
-        progress: std::io::stderr().is_terminal(),
-    };
+    let opts = record_options(target, options, run_dir.clone());
     let summary = match record::record(&opts, &mut observer) {
         Ok(summary) => summary,
         Err(e) => {
@@ -85,18 +76,39 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
         }
     };
     eprintln!("{}", summary_line(&summary));
-    after_recording(&run_dir, &summary, observer.capture.take(), observer.target_info.as_ref())?;
+    let mut metadata = metadata_of(&summary, observer.target_info.as_ref());
+    metadata.trigger = trigger;
+    after_recording(&run_dir, metadata, observer.capture.take())?;
     Ok(run_dir.path().to_path_buf())
+}
+
+/// Checks now that a collection of `target` as `options` say could start: the target exists, the output folder can
+/// be made, and the kernel lets profcpu sample the target. For commands that collect later (trap), so they refuse
+/// at once rather than when the moment comes.
+pub fn check(target: &Target, options: &CollectOptions) -> Result<()> {
+    record::check_target(target)?;
+    let base = open_base(&options.output)?;
+    record::check_access(&record_options(target.clone(), options, base))
+}
+
+/// How `options` record `target` into `output`.
+fn record_options(target: Target, options: &CollectOptions, output: Dir) -> RecordOptions {
+    RecordOptions {
+        target,
+        duration: Some(Duration::from_secs_f64(options.duration)),
+        frequency: options.freq,
+        event: options.event,
+        mmap_pages: options.mmap_pages,
+        call_graph: options.call_graph,
+        output,
+        perf_data: pipeline::PERF_DATA_FILE.to_string(),
+        progress: std::io::stderr().is_terminal(),
+    }
 }
 
 /// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
 /// copy — exactly what `postprocess` will do later — and write the reports and the archive.
-fn after_recording(
-    run_dir: &Dir,
-    summary: &RecordSummary,
-    capture: Option<Capture>,
-    target: Option<&ProcessInfo>,
-) -> Result<()> {
+fn after_recording(run_dir: &Dir, metadata: Metadata, capture: Option<Capture>) -> Result<()> {
     let recording = pipeline::open_recording(run_dir)?;
     if let Some(capture) = capture {
         let reader = PerfDataReader::from_file(&recording, &run_dir.shown(pipeline::PERF_DATA_FILE))?;
@@ -114,7 +126,6 @@ fn after_recording(
         run_dir.open_dir(SYMBOLS_DIR).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display()));
     // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
     // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
-    let metadata = metadata_of(summary, target);
     run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
     let what = if captured.is_ok() { "perf.data, symbols/ and metadata.txt" } else { "perf.data and metadata.txt" };
     let shown = run_dir.path().display();
@@ -247,23 +258,7 @@ pub fn summary_line(s: &RecordSummary) -> String {
 /// a symlink the user made; the run folder itself is always created fresh, never reused, and is reached through
 /// its descriptor from then on. Returns the base, the run folder's name in it, and the run folder.
 fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(Dir, String, Dir)> {
-    let unusable = |e: std::io::Error| {
-        anyhow::anyhow!(
-            "cannot create the output folder {}: {e}; choose a writable folder with -output",
-            base.display()
-        )
-    };
-    if base.exists() && !base.is_dir() {
-        bail!("the output folder {} is not a folder; choose another with -output", base.display());
-    }
-    let base_dir = Dir::create_all(base).map_err(unusable)?;
-    if base_dir.is_pseudo_fs() {
-        bail!(
-            "the output folder {} is in a kernel file system (/proc or /sys), which cannot hold outputs; choose a \
-             folder on a disk with -output",
-            base.display()
-        );
-    }
+    let base_dir = open_base(base)?;
     let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
     for n in 1..=MAX_RUN_DIR_SUFFIX {
         let name = if n == 1 { stem.clone() } else { format!("{stem}-{n}") };
@@ -271,10 +266,30 @@ fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(
         match crate::interrupt::remove_on_abort(&base.join(&name), || base_dir.create_dir(&name)) {
             Ok(dir) => return Ok((base_dir, name, dir)),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(unusable(e)),
+            Err(e) => return Err(unusable(base, e)),
         }
     }
     bail!("cannot create a run folder in {}: {MAX_RUN_DIR_SUFFIX} folders named {stem} exist", base.display())
+}
+
+/// Opens the output base (`-output`), creating it if needed; refuses what cannot hold outputs.
+fn open_base(base: &Path) -> Result<Dir> {
+    if base.exists() && !base.is_dir() {
+        bail!("the output folder {} is not a folder; choose another with -output", base.display());
+    }
+    let base_dir = Dir::create_all(base).map_err(|e| unusable(base, e))?;
+    if base_dir.is_pseudo_fs() {
+        bail!(
+            "the output folder {} is in a kernel file system (/proc or /sys), which cannot hold outputs; choose a \
+             folder on a disk with -output",
+            base.display()
+        );
+    }
+    Ok(base_dir)
+}
+
+fn unusable(base: &Path, e: std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!("cannot create the output folder {}: {e}; choose a writable folder with -output", base.display())
 }
 
 #[cfg(test)]

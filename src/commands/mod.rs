@@ -3,6 +3,7 @@
 pub mod collect;
 pub mod pipeline;
 pub mod postprocess;
+pub mod trap;
 
 use crate::cli::{Cli, Command};
 use anyhow::Result;
@@ -11,5 +12,6 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Collect(args) => collect::run(args),
         Command::Postprocess(args) => postprocess::run(args),
+        Command::Trap(args) => trap::run(args),
     }
 }

@@ -102,6 +102,11 @@ impl KernelSymbols {
         Some(KernelSymbol { start: r.start, end: r.end, name: super::name_limit::cap_arc(name), module })
     }
 
+    /// Every symbol, in address order (each read from its line as for a lookup).
+    pub fn iter(&self) -> impl Iterator<Item = KernelSymbol> + '_ {
+        self.table.iter().filter_map(|r| self.lookup(r.start))
+    }
+
     pub fn len(&self) -> usize {
         self.table.len()
     }
@@ -319,9 +324,9 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0003);
         for input in rng.inputs(&[SAMPLE.as_bytes()], 3000) {
             let k = KernelSymbols::parse(&String::from_utf8_lossy(&input));
-            for r in k.table.iter() {
-                assert!(r.start < r.end);
-                assert!(k.lookup(r.start).is_some());
+            assert_eq!(k.iter().count(), k.len());
+            for s in k.iter() {
+                assert!(s.start < s.end);
             }
         }
     }

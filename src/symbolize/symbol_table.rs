@@ -45,10 +45,9 @@ impl SymbolTable {
         self.ranges.is_empty()
     }
 
-    /// Every range's start and name as shown.
-    #[cfg(test)]
-    pub fn names(&self) -> Vec<(u64, Arc<str>)> {
-        self.ranges.iter().filter_map(|r| self.lookup(r.start).map(|(start, _, name)| (start, name))).collect()
+    /// Every range with its name as shown, in address order (each name is made as for a lookup).
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64, Arc<str>)> + '_ {
+        self.ranges.iter().filter_map(|r| self.lookup(r.start))
     }
 }
 
