@@ -1,7 +1,7 @@
-//! What a stage that writes text knows about the repeats in it, handed to a compressor so that it can emit matches
-//! without searching for them. The report stage writes perf_script.out, whose text is mostly repeats (the same
-//! stacks, sample after sample); the archive stage compresses it. Neither needs to know the other: this is the
-//! whole vocabulary between them.
+//! What a stage knows about the repeats in a file it makes or reads, handed to a compressor so that it can emit
+//! matches without searching for them. The report stage writes perf_script.out, whose text is mostly repeats (the
+//! same stacks, sample after sample); perf_data knows where a perf.data's stack copies repeat; the archive stage
+//! compresses both. Neither needs to know the other: this is the whole vocabulary between them.
 //!
 //! Three kinds of hints:
 //! - [`Span`]s cut a piece of text (a sample's header line) into parts with *keys*: parts with the same key are
