@@ -15,7 +15,7 @@ pub struct PerfDataReader {
     header: FileHeader,
     events: Vec<EventDesc>,
     features: Features,
-    id_to_event: HashMap<u64, usize>,
+    formats: SampleFormats,
     data_start: usize,
     data_end: usize,
     warnings: Vec<String>,
@@ -194,12 +194,13 @@ impl PerfDataReader {
                 id_to_event.insert(id, i);
             }
         }
+        let formats = SampleFormats { formats: events.iter().map(|e| e.attr.sample_format()).collect(), id_to_event };
         Ok(PerfDataReader {
             bytes,
             header,
             events,
             features,
-            id_to_event,
+            formats,
             data_start,
             data_end: data_end as usize,
             warnings,
@@ -225,22 +226,21 @@ impl PerfDataReader {
 
     /// The event a sample belongs to (by its id; the first event when the file has one or ids are absent).
     pub fn event_of(&self, id: Option<u64>) -> &EventDesc {
-        let i = id.and_then(|id| self.id_to_event.get(&id).copied()).unwrap_or(0);
-        &self.events[i]
+        &self.events[self.formats.event_index(id)]
     }
 
-    /// The index of a sample's event, from the id it starts with (`PERF_SAMPLE_IDENTIFIER`) when there is more
-    /// than one event.
-    fn event_index(&self, body: &[u8]) -> usize {
-        if self.events.len() > 1 && self.events[0].attr.sample_type() & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
-            let id = u64::from_ne_bytes(body[..8].try_into().unwrap());
-            return self.id_to_event.get(&id).copied().unwrap_or(0);
-        }
-        0
+    /// How each sample is laid out.
+    pub fn sample_formats(&self) -> &SampleFormats {
+        &self.formats
+    }
+
+    /// Where the records are: the file offsets of the data section's bytes that are present.
+    pub fn data_range(&self) -> std::ops::Range<u64> {
+        self.data_start as u64..self.data_end as u64
     }
 
     fn format_for_sample(&self, body: &[u8]) -> SampleFormat {
-        self.events[self.event_index(body)].attr.sample_format()
+        self.formats.for_sample(body)
     }
 
     /// Calls `f` for every record of the data section, in file order. Records that cannot be decoded are counted and
@@ -281,8 +281,8 @@ impl PerfDataReader {
                 break;
             }
             let rec = &data[pos..pos + size];
-            let event = if kind == RECORD_SAMPLE { self.event_index(&rec[HEADER_SIZE..]) } else { 0 };
-            let format = if kind == RECORD_SAMPLE { self.events[event].attr.sample_format() } else { base_format };
+            let event = if kind == RECORD_SAMPLE { self.formats.sample_event(&rec[HEADER_SIZE..]) } else { 0 };
+            let format = if kind == RECORD_SAMPLE { self.formats.formats[event] } else { base_format };
             let decoded = if skim && kind == RECORD_SAMPLE {
                 let body = &rec[HEADER_SIZE..];
                 match (format.sample_time(body), format.sample_tid(body)) {
@@ -327,6 +327,17 @@ impl PerfDataReader {
         Record::decode(rec, &format)
     }
 
+    /// The event (an index in [`events`](Self::events)) and thread of the sample at `offset` in the data section,
+    /// without decoding the rest.
+    pub fn sample_event_and_tid(&self, offset: u64) -> Option<(usize, u32)> {
+        let data = &self.bytes[self.data_start..self.data_end];
+        let start = usize::try_from(offset).ok()?;
+        let size = u16::from_ne_bytes(data.get(start + 6..start + 8)?.try_into().unwrap()) as usize;
+        let body = data.get(start + HEADER_SIZE..start.checked_add(size)?)?;
+        let event = self.formats.sample_event(body);
+        Some((event, self.formats.formats[event].sample_tid(body)?))
+    }
+
     /// Lets the kernel drop this process's copy of the data section's pages before `offset` (they are read again
     /// from the file if needed): a long recording read once need not stay resident.
     pub fn release_data_before(&self, offset: u64) {
@@ -339,6 +350,34 @@ impl PerfDataReader {
             let _ =
                 unsafe { self.bytes.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
         }
+    }
+}
+
+/// The layout of each event's samples.
+#[derive(Debug, Clone)]
+pub struct SampleFormats {
+    formats: Vec<SampleFormat>,
+    id_to_event: HashMap<u64, usize>,
+}
+
+impl SampleFormats {
+    /// The index of the event with sample id `id` (the first event when the file has one or ids are absent).
+    pub fn event_index(&self, id: Option<u64>) -> usize {
+        id.and_then(|id| self.id_to_event.get(&id).copied()).unwrap_or(0)
+    }
+
+    /// The index of a sample record's event (found by the leading sample id when there are several).
+    pub fn sample_event(&self, body: &[u8]) -> usize {
+        if self.formats.len() > 1 && self.formats[0].sample_type & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
+            let id = u64::from_ne_bytes(body[..8].try_into().unwrap());
+            return self.event_index(Some(id));
+        }
+        0
+    }
+
+    /// The format of a sample record's body: its event's.
+    pub fn for_sample(&self, body: &[u8]) -> SampleFormat {
+        self.formats[self.sample_event(body)]
     }
 }
 

@@ -71,22 +71,19 @@ impl RangeName {
     }
 }
 
-/// A record to replay in time order.
-enum Replay {
-    /// A sample by its offset in the data section, with its event and thread.
-    Sample {
-        offset: u64,
-        event: u32,
-        tid: u32,
-    },
-    Record(usize),
-    /// A thread arriving on or leaving a CPU (only kept while switch-outs are timed).
-    Switch {
-        tid: u32,
-        out: bool,
-        preempted: bool,
-    },
+/// A record to replay in time order, packed in 64 bits (a long recording has millions): a sample's offset in the
+/// data section, or with this bit set the index of another record, or with both bits set a switch record (kept
+/// only while switch-outs are timed: see [`switch_entry`]).
+const REPLAY_RECORD: u64 = 1 << 63;
+const REPLAY_SWITCH: u64 = 1 << 62;
+
+/// A switch record as a timeline entry: the thread in the low 32 bits, leaving (bit 32), preempted (bit 33).
+fn switch_entry(tid: u32, out: bool, preempted: bool) -> u64 {
+    REPLAY_RECORD | REPLAY_SWITCH | (preempted as u64) << 33 | (out as u64) << 32 | tid as u64
 }
+
+/// How many replayed records apart the pages behind the replay are dropped.
+const RELEASE_EVERY: usize = 4096;
 
 /// Cache key: (address space id, its generation, lookup address). Kernel addresses use space 0.
 type CacheKey = (u64, u64, u64);
@@ -249,6 +246,9 @@ impl Symbolizer {
     ) -> Result<SymbolizeStats> {
         self.add_build_ids(&reader.features().build_ids);
         self.sources.recorded_release = reader.features().osrelease.clone();
+        if reader.events().iter().any(|e| !e.attr.excludes_kernel()) {
+            self.sources.prefetch_kernel();
+        }
         for w in reader.warnings() {
             self.warn(format!("perf.data: {w}"));
         }
@@ -263,20 +263,29 @@ impl Symbolizer {
         }
         let timing = switch_outs.measure() != super::Measure::OnCpu;
         // (time, what): samples by their offset in the data section (decoded again when replayed), other records
-        // by their index in `records`.
-        let mut timeline: Vec<(u64, Replay)> = Vec::new();
+        // by their index in `records`, switch records packed whole.
+        let mut timeline: Vec<(u64, u64)> = Vec::new();
         let mut records: Vec<Record> = Vec::new();
         let mut last_time = 0u64;
         let mut lost = 0u64;
+        // In a big recording, the pages each pass has read are dropped as it goes (they come back from the file if
+        // needed), so that memory does not grow with the recording. A small one stays mapped: mapping its pages
+        // again would cost more than the memory they take.
+        let release = reader.header().data.size > RELEASE_ABOVE;
+        let mut released_to = 0u64;
         let mut read = reader.skim_records(|offset, r| {
+            if release && offset >= released_to + RELEASE_ABOVE {
+                reader.release_data_before(offset);
+                released_to = offset;
+            }
             match r {
-                Skimmed::Sample { time, event, tid } => {
+                Skimmed::Sample { time, .. } => {
                     last_time = time;
-                    timeline.push((time, Replay::Sample { offset, event: event as u32, tid }));
+                    timeline.push((time, offset));
                 }
                 Skimmed::Record(Record::Switch(w)) if timing => {
                     if let (Some(time), Some(tid)) = (w.sample_id.time, w.sample_id.tid) {
-                        timeline.push((time, Replay::Switch { tid, out: w.out, preempted: w.preempt }));
+                        timeline.push((time, switch_entry(tid, w.out, w.preempt)));
                     }
                 }
                 Skimmed::Record(r) => match &r {
@@ -284,7 +293,7 @@ impl Symbolizer {
                         // Records without a time (no sample_id_all) keep their place after the previous one.
                         let t = r.time().unwrap_or(last_time);
                         last_time = t;
-                        timeline.push((t, Replay::Record(records.len())));
+                        timeline.push((t, REPLAY_RECORD | records.len() as u64));
                         records.push(r);
                     }
                     Record::Lost(l) => lost += l.lost,
@@ -297,33 +306,39 @@ impl Symbolizer {
         self.stats.lost_samples = lost;
         // Stable: records with equal times keep their file order.
         timeline.sort_by_key(|(t, _)| *t);
-        let intervals =
-            if timing { off_cpu_intervals(&timeline, &records, &switch_outs) } else { Intervals::default() };
-        // In a big recording, the pages the first pass read are dropped, and those behind the replay as it moves
-        // on (records are written about in time order, so the lowest offset still to come keeps rising). A small
-        // one stays mapped: mapping its pages again would cost more than the memory they take.
-        let release = reader.header().data.size > RELEASE_ABOVE;
+        let intervals = match timing {
+            true => off_cpu_intervals(reader, &timeline, &records, &switch_outs),
+            false => Intervals::default(),
+        };
+        // The replay drops the pages behind it as it moves on (records are written about in time order, so the
+        // lowest offset still to come keeps rising).
         if release {
             reader.release_data_before(u64::MAX);
         }
-        let mut lowest_to_come = vec![u64::MAX; timeline.len() + 1];
-        for (i, (_, replay)) in timeline.iter().enumerate().rev() {
-            let offset = if let Replay::Sample { offset, .. } = replay { *offset } else { u64::MAX };
-            lowest_to_come[i] = lowest_to_come[i + 1].min(offset);
-        }
-        for (i, (_, replay)) in timeline.iter().enumerate() {
-            if release && i % 4096 == 0 {
-                reader.release_data_before(lowest_to_come[i]);
+        // The lowest sample offset from each stretch of RELEASE_EVERY replayed records on.
+        let mut lowest_to_come = vec![u64::MAX; timeline.len() / RELEASE_EVERY + 1];
+        let mut lowest = u64::MAX;
+        for (i, &(_, replay)) in timeline.iter().enumerate().rev() {
+            if replay & REPLAY_RECORD == 0 {
+                lowest = lowest.min(replay);
             }
-            match replay {
-                Replay::Sample { offset, event, .. } => {
-                    let Ok(Record::Sample(mut s)) = reader.record_at(*offset) else {
+            if i % RELEASE_EVERY == 0 {
+                lowest_to_come[i / RELEASE_EVERY] = lowest;
+            }
+        }
+        for (i, &(_, replay)) in timeline.iter().enumerate() {
+            if release && i % RELEASE_EVERY == 0 {
+                reader.release_data_before(lowest_to_come[i / RELEASE_EVERY]);
+            }
+            match replay & (REPLAY_RECORD | REPLAY_SWITCH) {
+                0 => {
+                    let Ok(Record::Sample(mut s)) = reader.record_at(replay) else {
                         // Located by the first pass, but its body does not decode.
                         read.records -= 1;
                         read.undecodable += 1;
                         continue;
                     };
-                    let event = *event as usize;
+                    let event = reader.sample_formats().event_index(s.id);
                     let mut off_cpu = None;
                     if switch_outs.times(event) {
                         // A switch-out weighs the time until its thread ran again; one without is left out.
@@ -334,8 +349,8 @@ impl Symbolizer {
                     }
                     f(self.resolve(&s, event_names[event].clone(), off_cpu))?;
                 }
-                Replay::Record(i) => self.observe(&records[*i]),
-                Replay::Switch { .. } => {}
+                REPLAY_RECORD => self.observe(&records[(replay & !REPLAY_RECORD) as usize]),
+                _ => {}
             }
         }
         if intervals.unmatched > 0 {
@@ -564,14 +579,14 @@ impl Symbolizer {
             }
             return RangeName { symbol: Some(self.hidden_kernel.clone()), base: addr, ..unnamed };
         }
-        let Some(r) = k.table.lookup(addr) else { return unnamed };
+        let Some(symbol) = k.lookup(addr) else { return unnamed };
         if let Some(u) = &mut self.usage {
-            u.kernel.insert(r.start, (r.end, r.value.name.clone(), r.value.module.clone()));
+            u.kernel.insert(symbol.start, (symbol.end, symbol.name.clone(), symbol.module.clone()));
         }
         RangeName {
-            symbol: Some(r.value.name.clone()),
-            base: r.start,
-            module: r.value.module.clone(),
+            symbol: Some(symbol.name),
+            base: symbol.start,
+            module: symbol.module,
             kind: FrameKind::Kernel,
             unnamed_function: None,
         }
@@ -655,20 +670,30 @@ impl Symbolizer {
 
 /// Each timed switch-out's interval: the switch records, thread exits and forks of the time-ordered `timeline`
 /// through [`IntervalPass`], keyed by the switch-out's place in the timeline.
-fn off_cpu_intervals(timeline: &[(u64, Replay)], records: &[Record], switch_outs: &SwitchOuts) -> Intervals {
+fn off_cpu_intervals(
+    reader: &PerfDataReader,
+    timeline: &[(u64, u64)],
+    records: &[Record],
+    switch_outs: &SwitchOuts,
+) -> Intervals {
     let mut pass = IntervalPass::default();
     let mut end = 0;
-    for (i, (time, replay)) in timeline.iter().enumerate() {
-        end = end.max(*time);
-        match replay {
-            Replay::Sample { event, tid, .. } if switch_outs.times(*event as usize) => pass.switch_out(i, *tid, *time),
-            Replay::Sample { .. } => {}
-            Replay::Switch { tid, out, preempted } => pass.switched(*tid, *out, *preempted, *time),
-            Replay::Record(r) => match &records[*r] {
-                Record::Exit(t) => pass.exited(t.tid, *time),
+    for (i, &(time, replay)) in timeline.iter().enumerate() {
+        end = end.max(time);
+        match replay & (REPLAY_RECORD | REPLAY_SWITCH) {
+            0 => {
+                if let Some((event, tid)) = reader.sample_event_and_tid(replay) {
+                    if switch_outs.times(event) {
+                        pass.switch_out(i, tid, time);
+                    }
+                }
+            }
+            REPLAY_RECORD => match &records[(replay & !REPLAY_RECORD) as usize] {
+                Record::Exit(t) => pass.exited(t.tid, time),
                 Record::Fork(t) => pass.forked(t.tid),
                 _ => {}
             },
+            _ => pass.switched(replay as u32, replay & 1 << 32 != 0, replay & 1 << 33 != 0, time),
         }
     }
     pass.finish(end)
