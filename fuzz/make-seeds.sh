@@ -60,6 +60,8 @@ perf record -q -o dwarf.data --call-graph dwarf,256 -F 100 -- ./tiny 0.3 >/dev/n
 "$profcpu" collect -freq 49 -duration 5 -call-graph fp -output fp -- ./tiny 0.5 >/dev/null 2>&1
 # Stack copies unwound at capture: symbols/ gets the unwind info of the workload (and of libc, left out: 180 KB).
 "$profcpu" collect -freq 10 -duration 5 -call-graph auto -output auto -- ./tiny 2 >/dev/null 2>&1
+# Two events (clock samples, sched:sched_switch with its raw data and switch records) and the tracing data feature.
+"$profcpu" collect -mode wall -freq 10 -duration 5 -call-graph fp -output wall -- ./tiny 0.05 >/dev/null 2>&1
 
 dotnet=$(bash "$repo/scripts/dotnet-runtime.sh" 8)
 python3 "$here/make_seeds.py" "$work" "$dotnet/shared/Microsoft.NETCore.App/8.0.4" "$here/seeds"

@@ -119,7 +119,8 @@ def exec_mappings(records, path_end):
 shutil.rmtree(out, ignore_errors=True)
 fp_run, auto_run = run_dir("fp"), run_dir("auto")
 recordings = {"perf-fp": os.path.join(work, "fp.data"), "perf-dwarf": os.path.join(work, "dwarf.data"),
-              "profcpu-fp": os.path.join(fp_run, "perf.data")}
+              "profcpu-fp": os.path.join(fp_run, "perf.data"),
+              "profcpu-wall": os.path.join(run_dir("wall"), "perf.data")}
 
 # perf_data: whole recordings by perf (frame pointers; stack copies) and by profcpu.
 for name, path in recordings.items():

@@ -1,7 +1,7 @@
 //! Command-line interface: every flag is defined and documented once here. Long flags are accepted with one dash
 //! (`-pid 1`, as perfcollect and the original profcpu take them) as well as two (`--pid 1`, `--pid=1`).
 
-use crate::record::{CallGraph, EventKind};
+use crate::record::{CallGraph, EventKind, Mode};
 use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -16,6 +16,10 @@ Examples:
   profcpu collect -all -duration 5
   # launch a command and sample it until it exits (at most 20 s)
   profcpu collect -duration 20 -- dotnet App.dll
+  # where the threads wait: off-CPU stacks weighted by blocked time (µs)
+  profcpu collect -pid 1 -duration 10 -mode offcpu
+  # on- and off-CPU time in one graph; one graph per thread with postprocess -per-thread
+  profcpu collect -pid 1 -duration 10 -mode wall
 
 For .NET, start the app with DOTNET_PerfMapEnabled=1 (COMPlus_PerfMapEnabled=1 before
 .NET 5) so JIT-compiled methods get names. Each run writes <output>/HH-MM-SS_YYYY-MM-DD/
@@ -109,6 +113,16 @@ pub struct CollectArgs {
 /// every command that collects (collect itself, trap) offers the same flags.
 #[derive(Debug, Args, Clone)]
 pub struct CollectOptions {
+    /// What to measure: cpu (where threads run: samples on the CPU), offcpu (where they wait: the stack of every
+    /// switch-out, weighted by the time until the thread ran again) or wall (both in one time unit, so each
+    /// thread's total is the run's duration).
+    #[arg(long, value_name = "MODE", default_value = "cpu", value_parser = mode_parser())]
+    pub mode: Mode,
+
+    /// The same as `-mode offcpu` (perfcollect's spelling).
+    #[arg(long, conflicts_with = "mode")]
+    pub offcpu: bool,
+
     /// Seconds to sample (fractions allowed). Ctrl+C or SIGTERM stops early and still writes every output.
     #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration, allow_negative_numbers = true)]
     pub duration: f64,
@@ -138,6 +152,17 @@ pub struct CollectOptions {
 
     #[command(flatten)]
     pub symbols: SymbolArgs,
+}
+
+impl CollectOptions {
+    /// The mode asked for, `-offcpu` included.
+    pub fn mode(&self) -> Mode {
+        if self.offcpu {
+            Mode::Offcpu
+        } else {
+            self.mode
+        }
+    }
 }
 
 /// `profcpu trap`: when to collect; how is [`CollectOptions`].
@@ -254,6 +279,12 @@ fn event_parser() -> impl clap::builder::TypedValueParser<Value = EventKind> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(EventKind::ALL.map(EventKind::name))
         .map(|name| EventKind::from_name(&name).expect("only the names of EventKind::ALL are possible"))
+}
+
+fn mode_parser() -> impl clap::builder::TypedValueParser<Value = Mode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(Mode::ALL.map(Mode::name))
+        .map(|name| Mode::from_name(&name).expect("only the names of Mode::ALL are possible"))
 }
 
 fn call_graph_parser() -> impl clap::builder::TypedValueParser<Value = CallGraph> {
@@ -403,6 +434,22 @@ mod tests {
             panic!()
         };
         assert_eq!(c.command, ["sh", "-pid", "-c"]);
+    }
+
+    #[test]
+    fn modes_and_perfcollects_offcpu_flag() {
+        let mode = |args: &[&str]| {
+            let mut all = vec!["profcpu", "collect"];
+            all.extend_from_slice(args);
+            let Command::Collect(c) = parse_strs(&all).unwrap().command else { panic!() };
+            c.options.mode()
+        };
+        assert_eq!(mode(&[]), Mode::Cpu);
+        assert_eq!(mode(&["-mode", "wall"]), Mode::Wall);
+        assert_eq!(mode(&["--mode=offcpu"]), Mode::Offcpu);
+        assert_eq!(mode(&["-offcpu"]), Mode::Offcpu);
+        assert!(parse_strs(&["profcpu", "collect", "-offcpu", "-mode", "wall"]).is_err());
+        assert!(parse_strs(&["profcpu", "collect", "-mode", "idle"]).is_err());
     }
 
     #[test]

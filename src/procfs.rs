@@ -112,6 +112,17 @@ impl Process {
         Ok(tids)
     }
 
+    /// Context switches of all the process's threads so far (`voluntary_ctxt_switches` +
+    /// `nonvoluntary_ctxt_switches` of each `task/<tid>/status`); threads that ended take theirs with them.
+    pub fn context_switches(&self) -> io::Result<u64> {
+        let mut total = 0;
+        for tid in self.thread_ids()? {
+            let Ok(text) = self.read(&format!("task/{tid}/status"), MAX_STATUS) else { continue };
+            total += context_switches_of(&String::from_utf8_lossy(&text));
+        }
+        Ok(total)
+    }
+
     /// The command name of the process (`comm`), or of one of its threads.
     pub fn comm(&self, tid: Option<u32>) -> Option<String> {
         let name = match tid {
@@ -236,6 +247,63 @@ pub fn read_setting(path: &str) -> io::Result<String> {
     Ok(text.trim().to_string())
 }
 
+/// Context switches on the whole machine since boot (the `ctxt` line of `/proc/stat`).
+pub fn system_context_switches() -> io::Result<u64> {
+    let mut text = String::new();
+    File::open("/proc/stat")?.take(MAX_STATUS * 16).read_to_string(&mut text)?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("ctxt ")?.trim().parse().ok())
+        .ok_or_else(|| io::Error::other("no ctxt line in /proc/stat"))
+}
+
+fn context_switches_of(status: &str) -> u64 {
+    status
+        .lines()
+        .filter_map(|l| {
+            let (key, value) = l.split_once(':')?;
+            matches!(key, "voluntary_ctxt_switches" | "nonvoluntary_ctxt_switches")
+                .then(|| value.trim().parse::<u64>().ok())?
+        })
+        .sum()
+}
+
+/// Where file systems of type `fstype` are mounted, as this process sees them (`/proc/self/mounts`; octal escapes
+/// such as `\040` for a space are decoded).
+pub fn mount_points(fstype: &str) -> Vec<std::path::PathBuf> {
+    let mut text = String::new();
+    if File::open("/proc/self/mounts").and_then(|f| f.take(MAX_MAPS).read_to_string(&mut text)).is_err() {
+        return Vec::new();
+    }
+    text.lines()
+        .filter_map(|line| {
+            let mut words = line.split(' ');
+            let (_, dir, kind) = (words.next()?, words.next()?, words.next()?);
+            (kind == fstype).then(|| std::path::PathBuf::from(unescape_octal(dir)))
+        })
+        .collect()
+}
+
+/// `\ooo` escapes of /proc's mount tables.
+fn unescape_octal(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let digits = bytes.get(i + 1..i + 4).filter(|d| d.iter().all(|b| (b'0'..=b'7').contains(b)));
+        match (bytes[i], digits) {
+            (b'\\', Some(d)) => {
+                out.push(d.iter().fold(0u8, |v, b| v.wrapping_mul(8).wrapping_add(b - b'0')));
+                i += 4;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The online CPUs, from `/sys/devices/system/cpu/online` ("0-3,6,8-9").
 pub fn online_cpus() -> Result<Vec<u32>> {
     let list = read_setting("/sys/devices/system/cpu/online")
@@ -348,6 +416,23 @@ fn stat_state(stat: &[u8]) -> Option<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn context_switches_are_counted() {
+        let me = Process::open(std::process::id()).unwrap();
+        let before = me.context_switches().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        assert!(me.context_switches().unwrap() > before);
+        assert!(system_context_switches().unwrap() > 0);
+        assert_eq!(context_switches_of("voluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t5\n"), 12);
+    }
+
+    #[test]
+    fn mount_points_are_listed_with_escapes_decoded() {
+        assert!(mount_points("proc").iter().any(|p| p == Path::new("/proc")), "{:?}", mount_points("proc"));
+        assert!(mount_points("no-such-fs").is_empty());
+        assert_eq!(unescape_octal(r"/mnt/a\040b\134c\9"), "/mnt/a b\\c\\9");
+    }
 
     #[test]
     fn this_process_reads_back() {

@@ -46,6 +46,7 @@ fn sample(id: u64, time: u64, callchain: Vec<u64>) -> Record {
         cpu: 1,
         period: 10_101_010,
         callchain,
+        raw: vec![],
         user: None,
     })
 }
@@ -150,6 +151,7 @@ fn features() -> Features {
                 filename: "/usr/bin/app with space".into(),
             },
         ],
+        ..Features::default()
     }
 }
 
@@ -186,7 +188,9 @@ fn every_record_kind_and_feature_reads_back_unchanged() {
     let mut expected_events = events();
     expected_events[0].ids.push(33);
     assert_eq!(reader.events(), &expected_events[..]);
-    assert_eq!(reader.features(), &features());
+    // What the writer described the events as (EVENT_DESC) reads back beside the features it was given.
+    let described: Vec<(String, Vec<u64>)> = expected_events.iter().map(|e| (e.name.clone(), e.ids.clone())).collect();
+    assert_eq!(reader.features(), &Features { event_desc: described, ..features() });
     assert_eq!(reader.event_of(Some(22)).name, "task-clock");
     assert_eq!(reader.event_of(Some(33)).name, "cpu-clock");
 

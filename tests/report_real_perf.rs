@@ -62,6 +62,7 @@ fn parse(text: &str) -> Vec<ResolvedSample> {
             cpu,
             time: secs.parse::<u64>().unwrap() * 1_000_000_000 + micros.parse::<u64>().unwrap() * 1000,
             period,
+            off_cpu: None,
             comm: intern(comm),
             event: intern(event),
             frames,

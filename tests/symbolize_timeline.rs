@@ -73,6 +73,7 @@ fn sample(time: u64, pid: u32, tid: u32, chain: &[u64]) -> Record {
         cpu: 0,
         period: 1_001_001,
         callchain: chain.to_vec(),
+        raw: vec![],
         user: None,
     })
 }

@@ -10,6 +10,9 @@
 //   GET /cpu     JIT-compiled user code with a known call chain
 //                (PricingEngine.PriceBasket -> PriceItem -> ComputeDiscountCurve)
 //   GET /sleep   off-CPU time (SleepHandler.Handle blocks 100 ms)
+//   GET /wait    off-CPU time, the sync-over-async way (WaitHandler.Handle: Task.Delay(100).Wait())
+//   GET /burn    on-CPU time by the clock (BurnHandler.Handle: PricingEngine work until the thread has used 100 ms
+//                of CPU), the CPU-bound counterpart of /wait for on/off-CPU and wall-clock comparisons
 //   GET /format  CPU time inside ReadyToRun framework code (CoreLib formatting)
 //   GET /health  liveness probe, answers "ok"
 //
@@ -21,8 +24,10 @@ using System.Globalization;
 using System.Net;
 using System.Net.Sockets;
 using System.Runtime.CompilerServices;
+using System.Runtime.InteropServices;
 using System.Text;
 using System.Threading;
+using System.Threading.Tasks;
 
 public static class App
 {
@@ -263,6 +268,10 @@ static class Router
                 return CpuHandler.Handle(QueryInt(query, "items", 24));
             case "/sleep":
                 return SleepHandler.Handle(QueryInt(query, "ms", 100));
+            case "/wait":
+                return WaitHandler.Handle(QueryInt(query, "ms", 100));
+            case "/burn":
+                return BurnHandler.Handle(QueryInt(query, "ms", 100));
             case "/format":
                 return FormatHandler.Handle(QueryInt(query, "rows", 4000));
             case "/health":
@@ -373,6 +382,53 @@ static class SleepHandler
     {
         Thread.Sleep(ms);
         return "slept " + ms.ToString(CultureInfo.InvariantCulture) + " ms\n";
+    }
+}
+
+static class WaitHandler
+{
+    // Blocks the request's thread on a task that a timer completes: the thread waits in the runtime (Monitor /
+    // ManualResetEventSlim), not in a sleep.
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static string Handle(int ms)
+    {
+        Task.Delay(ms).Wait();
+        return "waited " + ms.ToString(CultureInfo.InvariantCulture) + " ms\n";
+    }
+}
+
+static class BurnHandler
+{
+    [StructLayout(LayoutKind.Sequential)]
+    struct Timespec
+    {
+        public long Seconds;
+        public long Nanoseconds;
+    }
+
+    [DllImport("libc", EntryPoint = "clock_gettime")]
+    static extern int ClockGettime(int clock, out Timespec time);
+
+    const int ClockThreadCpuTime = 3; // CLOCK_THREAD_CPUTIME_ID
+
+    static double ThreadCpuMs()
+    {
+        Timespec t;
+        ClockGettime(ClockThreadCpuTime, out t);
+        return t.Seconds * 1e3 + t.Nanoseconds / 1e6;
+    }
+
+    // Works until this thread has been on a CPU for `ms` milliseconds, however long that takes on a busy machine.
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    public static string Handle(int ms)
+    {
+        double start = ThreadCpuMs();
+        double total = 0;
+        ulong sku = 0;
+        while (ThreadCpuMs() - start < ms)
+            total += PricingEngine.PriceItem(sku++);
+        return "burned " + ms.ToString(CultureInfo.InvariantCulture) + " ms of CPU in " + sku.ToString(CultureInfo.InvariantCulture)
+            + " items, total " + total.ToString("F2", CultureInfo.InvariantCulture) + "\n";
     }
 }
 

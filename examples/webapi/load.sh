@@ -2,12 +2,13 @@
 # Drives HTTP load at the example web API on 127.0.0.1 for a bounded time.
 #
 # Usage: examples/webapi/load.sh ROUTE SECONDS [CONNECTIONS]
-#   ROUTE        cpu | sleep | format | health, or a path such as /cpu?items=48
+#   ROUTE        cpu | sleep | wait | burn | format | health, or a path such as /cpu?items=48
 #   SECONDS      1..600, how long to send requests
 #   CONNECTIONS  concurrent keep-alive connections (default 4, max 256)
 #   Port: $PORT, default 5080. The target is always 127.0.0.1.
 #
-# Stdout: one line `requests=N errors=E seconds=S tool=wrk|curl`.
+# Stdout: one line `requests=N errors=E seconds=S latency_ms=L tool=wrk|curl` (L: the mean time a request took,
+# as the client measured it).
 # Stderr: the load tool's own report.
 # Exit status: 0 ok, 1 no request succeeded, 2 bad arguments or wrk failed
 # (e.g. nothing listening).
@@ -54,7 +55,9 @@ if [[ "$tool" == wrk ]] || { [[ "$tool" == auto ]] && command -v wrk >/dev/null 
     errors=${non2xx:-0}
     for e in $sockerr; do errors=$((errors + e)); done
     ok=$((requests - ${non2xx:-0}))
-    echo "requests=$requests errors=$errors seconds=$duration tool=wrk"
+    # `    Latency   101.23ms    2.34ms ...`: the mean, in us, ms or s.
+    latency=$(awk '$1 == "Latency" {v = $2; f = 1; if (v ~ /us$/) f = 0.001; else if (v ~ /ms$/) f = 1; else if (v ~ /s$/) f = 1000; sub(/[a-z]+$/, "", v); printf "%.3f", v * f; exit}' "$out")
+    echo "requests=$requests errors=$errors seconds=$duration latency_ms=${latency:-0} tool=wrk"
     ((ok > 0)) || exit 1
     exit 0
 fi
@@ -68,12 +71,17 @@ trap 'rm -rf "$dir"' EXIT
 # up to one second.
 end=$((${EPOCHREALTIME//[!0-9]/} + duration * 1000000))
 worker() {
-    local n=0 err=0 code
+    local n=0 err=0 code took us=0
     while ((${EPOCHREALTIME//[!0-9]/} < end)); do
-        code=$(curl -s -o /dev/null --max-time 10 -w '%{http_code}' "$url" || true)
-        if [[ "$code" == 2* ]]; then n=$((n + 1)); else err=$((err + 1)); fi
+        read -r code took < <(curl -s -o /dev/null --max-time 10 -w '%{http_code} %{time_total}\n' "$url" || true)
+        if [[ "$code" == 2* ]]; then
+            n=$((n + 1))
+            us=$((us + 10#${took//[!0-9]/}))
+        else
+            err=$((err + 1))
+        fi
     done
-    echo "$n $err" >"$dir/$1"
+    echo "$n $err $us" >"$dir/$1"
 }
 pids=()
 for ((i = 0; i < conns; i++)); do
@@ -83,11 +91,15 @@ done
 wait "${pids[@]}"
 requests=0
 errors=0
+micros=0
 for f in "$dir"/*; do
-    read -r n err <"$f"
+    read -r n err us <"$f"
     requests=$((requests + n + err))
     errors=$((errors + err))
+    micros=$((micros + us))
 done
+ok=$((requests - errors))
+latency=$(awk -v us="$micros" -v n="$ok" 'BEGIN { printf "%.3f", (n > 0 ? us / n / 1000 : 0) }')
 echo "curl: $requests requests in ${duration}s, $errors errors" >&2
-echo "requests=$requests errors=$errors seconds=$duration tool=curl"
+echo "requests=$requests errors=$errors seconds=$duration latency_ms=$latency tool=curl"
 ((requests - errors > 0)) || exit 1

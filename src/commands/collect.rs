@@ -9,7 +9,7 @@ use super::pipeline::{self, MetadataSource, OutputRequest};
 use crate::cli::{CollectArgs, CollectOptions};
 use crate::fs::Dir;
 use crate::perf_data::{PerfDataReader, Record};
-use crate::record::{self, EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
+use crate::record::{self, EndReason, Mode, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::{Metadata, Trigger};
 use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
@@ -95,6 +95,7 @@ pub fn check(target: &Target, options: &CollectOptions) -> Result<()> {
 fn record_options(target: Target, options: &CollectOptions, output: Dir) -> RecordOptions {
     RecordOptions {
         target,
+        mode: options.mode(),
         duration: Some(Duration::from_secs_f64(options.duration)),
         frequency: options.freq,
         event: options.event,
@@ -156,9 +157,11 @@ fn metadata_of(s: &RecordSummary, target: Option<&ProcessInfo>) -> Metadata {
         command_line: Metadata::quote_command_line(&s.target_cmdline),
         start_time: Some(s.start_time.fixed_offset()),
         duration_secs: Some(s.elapsed.as_secs_f64()),
-        frequency_hz: Some(s.frequency),
+        frequency_hz: s.mode.samples_on_cpu().then_some(s.frequency),
+        mode: s.mode.name().to_string(),
         event: s.event_name.clone(),
         samples: s.samples,
+        switch_outs: s.mode.records_switches().then_some(s.switch_outs),
         lost: s.lost,
         ..Metadata::for_this_host()
     }
@@ -233,15 +236,20 @@ fn describe_start(target: &Target, target_pid: Option<u32>, duration: Duration) 
     }
 }
 
-/// `profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB perf.data`, plus why it stopped early.
+/// `profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB perf.data`, plus why it stopped early; the
+/// off-CPU modes count switch-outs (`… 3012 samples and 40211 switch-outs (0 lost) …`).
 pub fn summary_line(s: &RecordSummary) -> String {
     let from = match s.target_pid {
         Some(pid) => format!("PID {pid}"),
         None => "all processes".to_string(),
     };
+    let what = match s.mode {
+        Mode::Cpu => format!("{} samples", s.samples),
+        Mode::Offcpu => format!("{} switch-outs", s.switch_outs),
+        Mode::Wall => format!("{} samples and {} switch-outs", s.samples - s.switch_outs, s.switch_outs),
+    };
     let mut line = format!(
-        "profcpu: {} samples ({} lost) from {from} in {:.1} s, {:.1} MB perf.data",
-        s.samples,
+        "profcpu: {what} ({} lost) from {from} in {:.1} s, {:.1} MB perf.data",
         s.lost,
         s.elapsed.as_secs_f64(),
         s.bytes_written as f64 / 1e6
@@ -322,7 +330,9 @@ mod tests {
     #[test]
     fn summary_line_reads_like_the_spec() {
         let s = RecordSummary {
+            mode: Mode::Cpu,
             samples: 3012,
+            switch_outs: 0,
             lost: 0,
             lost_per_cpu: vec![0, 0],
             bytes_written: 1_234_567,
@@ -339,5 +349,7 @@ mod tests {
         assert_eq!(summary_line(&s), "profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB perf.data");
         let s = RecordSummary { end_reason: EndReason::Signal("SIGINT".into()), target_pid: None, ..s };
         assert!(summary_line(&s).ends_with("from all processes in 10.0 s, 1.2 MB perf.data (stopped by SIGINT)"));
+        let s = RecordSummary { mode: Mode::Wall, switch_outs: 12, target_pid: Some(7), ..s };
+        assert!(summary_line(&s).starts_with("profcpu: 3000 samples and 12 switch-outs (0 lost) from PID 7"));
     }
 }

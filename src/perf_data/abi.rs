@@ -37,6 +37,7 @@ pub const FORMAT_LOST: u64 = b::PERF_FORMAT_LOST as u64;
 
 pub const TYPE_HARDWARE: u32 = b::PERF_TYPE_HARDWARE;
 pub const TYPE_SOFTWARE: u32 = b::PERF_TYPE_SOFTWARE;
+pub const TYPE_TRACEPOINT: u32 = b::PERF_TYPE_TRACEPOINT;
 pub const COUNT_HW_CPU_CYCLES: u64 = b::PERF_COUNT_HW_CPU_CYCLES as u64;
 pub const COUNT_HW_INSTRUCTIONS: u64 = b::PERF_COUNT_HW_INSTRUCTIONS as u64;
 pub const COUNT_SW_CPU_CLOCK: u64 = b::PERF_COUNT_SW_CPU_CLOCK as u64;
@@ -51,6 +52,8 @@ pub const RECORD_FORK: u32 = b::PERF_RECORD_FORK;
 pub const RECORD_SAMPLE: u32 = b::PERF_RECORD_SAMPLE;
 pub const RECORD_MMAP2: u32 = b::PERF_RECORD_MMAP2;
 pub const RECORD_LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
+pub const RECORD_SWITCH: u32 = b::PERF_RECORD_SWITCH;
+pub const RECORD_SWITCH_CPU_WIDE: u32 = b::PERF_RECORD_SWITCH_CPU_WIDE;
 /// perf's own marker that every record before it has been written (`tools/perf/util/event.h`,
 /// `PERF_RECORD_FINISHED_ROUND`): readers may sort and flush what they buffered.
 pub const RECORD_FINISHED_ROUND: u32 = 68;
@@ -61,6 +64,10 @@ pub const MISC_USER: u16 = b::PERF_RECORD_MISC_USER as u16;
 pub const MISC_MMAP_DATA: u16 = b::PERF_RECORD_MISC_MMAP_DATA as u16;
 pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
 pub const MISC_MMAP_BUILD_ID: u16 = b::PERF_RECORD_MISC_MMAP_BUILD_ID as u16;
+/// A SWITCH record of a task leaving the CPU (without it: arriving).
+pub const MISC_SWITCH_OUT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT as u16;
+/// … that was still runnable (preempted), Linux 4.17 and later.
+pub const MISC_SWITCH_OUT_PREEMPT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT as u16;
 
 /// Callchain entries at or above this value are context markers, not addresses.
 pub const CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX;

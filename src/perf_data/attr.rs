@@ -5,7 +5,7 @@
 //! which the stored bytes are copied (a shorter, older attr leaves the newer fields zero, as the kernel reads it).
 
 use super::abi::{COUNT_HW_CPU_CYCLES, COUNT_HW_INSTRUCTIONS, COUNT_SW_CPU_CLOCK, COUNT_SW_DUMMY};
-use super::abi::{COUNT_SW_TASK_CLOCK, TYPE_HARDWARE, TYPE_SOFTWARE};
+use super::abi::{COUNT_SW_TASK_CLOCK, TYPE_HARDWARE, TYPE_SOFTWARE, TYPE_TRACEPOINT};
 use super::sample::SampleFormat;
 use anyhow::{bail, Result};
 use perf_event_open_sys::bindings::perf_event_attr;
@@ -111,9 +111,20 @@ impl Attr {
         (self.fields.0.use_clockid() != 0).then_some(self.fields.0.clockid)
     }
 
-    /// The event's name as `perf` prints it.
+    pub fn is_tracepoint(&self) -> bool {
+        self.kind() == TYPE_TRACEPOINT
+    }
+
+    /// Whether the event asked for PERF_RECORD_SWITCH records (the task's arrivals on and departures from CPUs).
+    pub fn context_switch(&self) -> bool {
+        self.fields.0.context_switch() != 0
+    }
+
+    /// The event's name as `perf` prints it, as far as the attr alone tells (a tracepoint is named by the file's
+    /// tracing data, see [`PerfDataReader::events`](super::PerfDataReader::events)).
     pub fn event_name(&self) -> String {
         match (self.kind(), self.config()) {
+            (TYPE_TRACEPOINT, id) => format!("tracepoint-{id}"),
             (TYPE_SOFTWARE, COUNT_SW_CPU_CLOCK) => "cpu-clock".into(),
             (TYPE_SOFTWARE, COUNT_SW_TASK_CLOCK) => "task-clock".into(),
             (TYPE_SOFTWARE, COUNT_SW_DUMMY) => "dummy".into(),

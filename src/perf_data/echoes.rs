@@ -143,6 +143,7 @@ mod tests {
                 cpu: 0,
                 period: 1,
                 callchain: vec![],
+                raw: vec![],
                 user: Some(user),
             };
             w.write_record(&Record::Sample(s)).unwrap();

@@ -8,6 +8,7 @@
 
 use super::attr::Attr;
 use super::bytes::{ByteReader, Encoder};
+use super::tracing::TracingData;
 use anyhow::{bail, Context, Result};
 
 pub const MAGIC: &[u8; 8] = b"PERFILE2";
@@ -15,6 +16,7 @@ pub const FILE_HEADER_SIZE: u64 = 104;
 /// perf pads header strings to this many bytes (`NAME_ALIGN`).
 const NAME_ALIGN: usize = 64;
 
+pub const HEADER_TRACING_DATA: u32 = 1;
 pub const HEADER_BUILD_ID: u32 = 2;
 pub const HEADER_HOSTNAME: u32 = 3;
 pub const HEADER_OSRELEASE: u32 = 4;
@@ -63,6 +65,11 @@ pub struct Features {
     pub nr_cpus: Option<(u32, u32)>,
     pub cmdline: Option<Vec<String>>,
     pub build_ids: Vec<BuildIdEntry>,
+    /// The formats of the recorded tracepoints (`HEADER_TRACING_DATA`).
+    pub tracing: Option<TracingData>,
+    /// Each event's name and sample ids as the recorder described them (`HEADER_EVENT_DESC`, read only: the
+    /// writer describes the events it is given).
+    pub event_desc: Vec<(String, Vec<u64>)>,
 }
 
 fn put_string(e: &mut Encoder, s: &str) {
@@ -82,6 +89,9 @@ impl Features {
     /// Encodes each present feature as `(feature bit, body)`, in ascending bit order.
     pub fn encode(&self, events: &[EventDesc]) -> Vec<(u32, Vec<u8>)> {
         let mut out = Vec::new();
+        if let Some(tracing) = &self.tracing {
+            out.push((HEADER_TRACING_DATA, tracing.bytes().to_vec()));
+        }
         let string_feature = |bit: u32, v: &Option<String>, out: &mut Vec<(u32, Vec<u8>)>| {
             if let Some(s) = v {
                 let mut e = Encoder::new();
@@ -172,6 +182,21 @@ impl Features {
                     });
                     c = ByteReader::new(body);
                     c.skip(start + size)?;
+                }
+            }
+            HEADER_TRACING_DATA => self.tracing = Some(TracingData::decode(body)?),
+            HEADER_EVENT_DESC => {
+                let n = c.u32()? as usize;
+                let attr_size = c.u32()? as usize;
+                for _ in 0..n.min(4096) {
+                    c.skip(attr_size)?;
+                    let ids = c.u32()? as usize;
+                    let name = get_string(&mut c)?;
+                    if ids > c.remaining() / 8 {
+                        bail!("event description with {ids} ids does not fit");
+                    }
+                    let ids = (0..ids).map(|_| c.u64()).collect::<Result<_>>()?;
+                    self.event_desc.push((name, ids));
                 }
             }
             HEADER_HOSTNAME => self.hostname = Some(get_string(&mut c)?),

@@ -9,11 +9,12 @@ pub mod header;
 pub mod reader;
 pub mod records;
 pub mod sample;
+pub mod tracing;
 pub mod writer;
 
 pub use attr::Attr;
 pub use header::{BuildIdEntry, EventDesc, Features};
 pub use reader::{PerfDataReader, ReadStats, SampleFormats, Skimmed};
-pub use records::{Comm, Lost, Mmap, Record, Task};
+pub use records::{Comm, Lost, Mmap, Record, Switch, Task};
 pub use sample::{Sample, SampleFields, SampleFormat, SampleId, UserContext, UserFields};
 pub use writer::PerfDataWriter;

@@ -23,9 +23,11 @@ pub struct PerfDataReader {
 
 /// A record as [`PerfDataReader::skim_records`] hands it over.
 pub enum Skimmed {
-    /// A sample, not decoded yet.
+    /// A sample, not decoded yet: its time, its event (an index in [`PerfDataReader::events`]) and its thread.
     Sample {
         time: u64,
+        event: usize,
+        tid: u32,
     },
     Record(Record),
 }
@@ -177,6 +179,15 @@ impl PerfDataReader {
             bail!("data section overlaps the header");
         }
 
+        // A tracepoint's attr holds only its id: its name is in the file's tracing data (its format), or in the
+        // recorder's description of the events (EVENT_DESC).
+        for (i, ev) in events.iter_mut().enumerate().filter(|(_, ev)| ev.attr.is_tracepoint()) {
+            let traced = features.tracing.as_ref().and_then(|t| t.event(ev.attr.config())).map(|f| f.full_name());
+            let described = features.event_desc.get(i).map(|(name, _)| name.clone()).filter(|n| !n.is_empty());
+            if let Some(name) = traced.or(described) {
+                ev.name = name;
+            }
+        }
         let mut id_to_event = HashMap::new();
         for (i, ev) in events.iter().enumerate() {
             for &id in &ev.ids {
@@ -270,9 +281,14 @@ impl PerfDataReader {
                 break;
             }
             let rec = &data[pos..pos + size];
-            let format = if kind == RECORD_SAMPLE { self.format_for_sample(&rec[HEADER_SIZE..]) } else { base_format };
+            let event = if kind == RECORD_SAMPLE { self.formats.sample_event(&rec[HEADER_SIZE..]) } else { 0 };
+            let format = if kind == RECORD_SAMPLE { self.formats.formats[event] } else { base_format };
             let decoded = if skim && kind == RECORD_SAMPLE {
-                format.sample_time(&rec[HEADER_SIZE..]).map(|time| Skimmed::Sample { time })
+                let body = &rec[HEADER_SIZE..];
+                match (format.sample_time(body), format.sample_tid(body)) {
+                    (Some(time), Some(tid)) => Some(Skimmed::Sample { time, event, tid }),
+                    _ => None,
+                }
             } else {
                 Record::decode(rec, &format).ok().map(Skimmed::Record)
             };
@@ -311,6 +327,17 @@ impl PerfDataReader {
         Record::decode(rec, &format)
     }
 
+    /// The event (an index in [`events`](Self::events)) and thread of the sample at `offset` in the data section,
+    /// without decoding the rest.
+    pub fn sample_event_and_tid(&self, offset: u64) -> Option<(usize, u32)> {
+        let data = &self.bytes[self.data_start..self.data_end];
+        let start = usize::try_from(offset).ok()?;
+        let size = u16::from_ne_bytes(data.get(start + 6..start + 8)?.try_into().unwrap()) as usize;
+        let body = data.get(start + HEADER_SIZE..start.checked_add(size)?)?;
+        let event = self.formats.sample_event(body);
+        Some((event, self.formats.formats[event].sample_tid(body)?))
+    }
+
     /// Lets the kernel drop this process's copy of the data section's pages before `offset` (they are read again
     /// from the file if needed): a long recording read once need not stay resident.
     pub fn release_data_before(&self, offset: u64) {
@@ -339,14 +366,18 @@ impl SampleFormats {
         id.and_then(|id| self.id_to_event.get(&id).copied()).unwrap_or(0)
     }
 
-    /// The format of a sample record's body: its event's (found by the leading sample id when there are several).
-    pub fn for_sample(&self, body: &[u8]) -> SampleFormat {
-        let first = self.formats[0];
-        if self.formats.len() > 1 && first.sample_type & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
+    /// The index of a sample record's event (found by the leading sample id when there are several).
+    pub fn sample_event(&self, body: &[u8]) -> usize {
+        if self.formats.len() > 1 && self.formats[0].sample_type & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
             let id = u64::from_ne_bytes(body[..8].try_into().unwrap());
-            return self.formats[self.event_index(Some(id))];
+            return self.event_index(Some(id));
         }
-        first
+        0
+    }
+
+    /// The format of a sample record's body: its event's.
+    pub fn for_sample(&self, body: &[u8]) -> SampleFormat {
+        self.formats[self.sample_event(body)]
     }
 }
 

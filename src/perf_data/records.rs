@@ -5,6 +5,7 @@
 //! u16 size; }`. Non-sample records end with a `sample_id` trailer when the attr has `sample_id_all`.
 
 use super::abi::{MISC_COMM_EXEC, MISC_MMAP_BUILD_ID, RECORD_COMM, RECORD_EXIT, RECORD_FINISHED_ROUND, RECORD_FORK};
+use super::abi::{MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_SWITCH, RECORD_SWITCH_CPU_WIDE};
 use super::abi::{RECORD_LOST, RECORD_LOST_SAMPLES, RECORD_MMAP, RECORD_MMAP2, RECORD_SAMPLE};
 use super::bytes::{ByteReader, Encoder};
 pub use super::sample::{Sample, SampleFormat, SampleId};
@@ -67,6 +68,20 @@ pub struct Lost {
     pub sample_id: SampleId,
 }
 
+/// A task arriving on or leaving a CPU: PERF_RECORD_SWITCH (an event of that task asked for `context_switch`) or
+/// PERF_RECORD_SWITCH_CPU_WIDE (a CPU-wide event did, and the record names the other task too). The task is the
+/// one in `sample_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Switch {
+    /// Leaving the CPU (else arriving).
+    pub out: bool,
+    /// Left while still runnable: preempted, not blocked (`MISC_SWITCH_OUT_PREEMPT`, Linux 4.17+).
+    pub preempt: bool,
+    /// CPU-wide records only: `(pid, tid)` of the task switched to (when leaving) or from (when arriving).
+    pub next_prev: Option<(u32, u32)>,
+    pub sample_id: SampleId,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Record {
     Sample(Sample),
@@ -80,6 +95,7 @@ pub enum Record {
         lost: u64,
         sample_id: SampleId,
     },
+    Switch(Switch),
     FinishedRound,
     /// Any other record, kept as raw bytes (header included) so it can be copied through.
     Other {
@@ -99,6 +115,7 @@ impl Record {
             Record::Fork(t) | Record::Exit(t) => Some(t.time),
             Record::Lost(l) => l.sample_id.time,
             Record::LostSamples { sample_id, .. } => sample_id.time,
+            Record::Switch(w) => w.sample_id.time,
             Record::FinishedRound | Record::Other { .. } => None,
         }
     }
@@ -173,9 +190,25 @@ impl Record {
             }
             RECORD_LOST => Record::Lost(Lost { id: c.u64()?, lost: c.u64()?, sample_id: trailer() }),
             RECORD_LOST_SAMPLES => Record::LostSamples { lost: c.u64()?, sample_id: trailer() },
+            RECORD_SWITCH | RECORD_SWITCH_CPU_WIDE => Record::Switch(Switch {
+                out: misc & MISC_SWITCH_OUT != 0,
+                preempt: misc & MISC_SWITCH_OUT_PREEMPT != 0,
+                next_prev: match kind {
+                    RECORD_SWITCH_CPU_WIDE => Some((c.u32()?, c.u32()?)),
+                    _ => None,
+                },
+                sample_id: trailer(),
+            }),
             RECORD_FINISHED_ROUND => Record::FinishedRound,
             _ => Record::Other { kind, misc, bytes: bytes[..size].to_vec() },
         })
+    }
+
+    /// A sample as [`encode`](Self::encode) writes it, without wrapping (and copying) it in a record.
+    pub fn encode_sample(sample: &Sample, format: &SampleFormat) -> Vec<u8> {
+        let mut e = Encoder::new();
+        format.write_sample(&mut e, sample);
+        with_header(RECORD_SAMPLE, sample.misc, e.into_inner())
     }
 
     /// Encodes the record as the kernel would have written it with the given sample format (the `sample_id`
@@ -183,10 +216,7 @@ impl Record {
     pub fn encode(&self, format: &SampleFormat) -> Vec<u8> {
         let mut e = Encoder::new();
         let (kind, misc) = match self {
-            Record::Sample(s) => {
-                format.write_sample(&mut e, s);
-                (RECORD_SAMPLE, s.misc)
-            }
+            Record::Sample(s) => return Record::encode_sample(s, format),
             Record::Mmap(m) => {
                 e.u32(m.pid);
                 e.u32(m.tid);
@@ -242,22 +272,58 @@ impl Record {
                 format.write_sample_id(&mut e, sample_id);
                 (RECORD_LOST_SAMPLES, 0)
             }
+            Record::Switch(w) => {
+                if let Some((pid, tid)) = w.next_prev {
+                    e.u32(pid);
+                    e.u32(tid);
+                }
+                format.write_sample_id(&mut e, &w.sample_id);
+                let kind = if w.next_prev.is_some() { RECORD_SWITCH_CPU_WIDE } else { RECORD_SWITCH };
+                let misc = (w.out as u16 * MISC_SWITCH_OUT) | (w.preempt as u16 * MISC_SWITCH_OUT_PREEMPT);
+                (kind, misc)
+            }
             Record::FinishedRound => (RECORD_FINISHED_ROUND, 0),
             Record::Other { bytes, .. } => return bytes.clone(),
         };
-        let body = e.into_inner();
-        let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
-        out.extend_from_slice(&kind.to_ne_bytes());
-        out.extend_from_slice(&misc.to_ne_bytes());
-        out.extend_from_slice(&((HEADER_SIZE + body.len()) as u16).to_ne_bytes());
-        out.extend_from_slice(&body);
-        out
+        with_header(kind, misc, e.into_inner())
     }
+}
+
+fn with_header(kind: u32, misc: u16, body: Vec<u8>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
+    out.extend_from_slice(&kind.to_ne_bytes());
+    out.extend_from_slice(&misc.to_ne_bytes());
+    out.extend_from_slice(&((HEADER_SIZE + body.len()) as u16).to_ne_bytes());
+    out.extend_from_slice(&body);
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::perf_data::abi::{SAMPLE_CPU, SAMPLE_IDENTIFIER, SAMPLE_TID, SAMPLE_TIME};
+
+    #[test]
+    fn switch_records_round_trip() {
+        let format = SampleFormat {
+            sample_type: SAMPLE_IDENTIFIER | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CPU,
+            sample_id_all: true,
+            ..SampleFormat::default()
+        };
+        let sample_id = SampleId { pid: Some(4), tid: Some(5), time: Some(6), id: Some(7), cpu: Some(1) };
+        for (out, preempt, next_prev) in [(true, true, None), (false, false, None), (true, false, Some((8, 9)))] {
+            let w = Record::Switch(Switch { out, preempt, next_prev, sample_id });
+            let bytes = w.encode(&format);
+            assert_eq!(Record::decode(&bytes, &format).unwrap(), w);
+            assert_eq!(w.time(), Some(6));
+        }
+        // A CPU-wide record cut before its trailer is an error, not a panic.
+        let bytes =
+            Record::Switch(Switch { out: true, preempt: false, next_prev: Some((1, 2)), sample_id }).encode(&format);
+        for cut in 0..bytes.len() {
+            let _ = Record::decode(&bytes[..cut], &format);
+        }
+    }
 
     /// Found by the perf_record fuzz target: an MMAP (not MMAP2) record with misc bit 14 set decoded with the bit,
     /// and came back from `encode` (as MMAP2) without it.

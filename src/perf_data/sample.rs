@@ -32,6 +32,10 @@ pub struct Sample {
     pub period: u64,
     /// As the kernel wrote it: context markers (`PERF_CONTEXT_*`) interleaved with addresses, leaf first.
     pub callchain: Vec<u64>,
+    /// The event's own data (`PERF_SAMPLE_RAW`): a tracepoint's fields, laid out as its `format` file says (see
+    /// [`super::tracing`]); empty when the attr did not ask for it. Kept as the kernel padded it (its length plus
+    /// the 4-byte size is a multiple of 8).
+    pub raw: Vec<u8>,
     /// The user registers and stack copy, when the attr asked for them (`PERF_SAMPLE_REGS_USER`/`STACK_USER`) and
     /// the sample has a user context.
     pub user: Option<UserContext>,
@@ -74,6 +78,8 @@ pub struct SampleFields<'a> {
     pub period: u64,
     /// The callchain's entries, native-endian u64s.
     pub callchain: &'a [u8],
+    /// `PERF_SAMPLE_RAW`'s data.
+    pub raw: &'a [u8],
     /// With `PERF_SAMPLE_REGS_USER`/`STACK_USER` (`abi` is `REGS_ABI_NONE` when the sample has no user context).
     pub user: Option<UserFields<'a>>,
 }
@@ -227,6 +233,7 @@ impl SampleFormat {
             cpu: f.cpu,
             period: f.period,
             callchain,
+            raw: f.raw.to_vec(),
             user,
         })
     }
@@ -285,20 +292,20 @@ impl SampleFormat {
             }
             s.callchain = c.bytes(nr * 8)?;
         }
+        if self.has(SAMPLE_RAW) {
+            let size = c.u32()? as usize;
+            s.raw = c.bytes(size)?;
+        }
         if self.has(SAMPLE_REGS_USER) || self.has(SAMPLE_STACK_USER) {
             s.user = self.user_fields(&mut c)?;
         }
         Ok(s)
     }
 
-    /// The fields after the callchain, up to the stack copy: `{u32 size; char data[size]}` raw,
-    /// `{u64 nr; …}` branch stack, `{u64 abi; u64 regs[weight(mask)]}` user registers,
-    /// `{u64 size; char data[size]; u64 dyn_size}` user stack (`dyn_size` only when `size` is not 0).
+    /// The fields after the raw data, up to the stack copy: `{u64 nr; …}` branch stack, `{u64 abi; u64
+    /// regs[weight(mask)]}` user registers, `{u64 size; char data[size]; u64 dyn_size}` user stack (`dyn_size` only
+    /// when `size` is not 0).
     fn user_fields<'a>(&self, c: &mut ByteReader<'a>) -> Result<Option<UserFields<'a>>> {
-        if self.has(SAMPLE_RAW) {
-            let size = c.u32()? as usize;
-            c.skip(size)?;
-        }
         if self.has(SAMPLE_BRANCH_STACK) {
             // Its entry size depends on the attr's branch_sample_type, which profcpu does not keep: what follows
             // cannot be located.
@@ -335,6 +342,16 @@ impl SampleFormat {
         let at =
             8 * (self.has(SAMPLE_IDENTIFIER) as usize + self.has(SAMPLE_IP) as usize + self.has(SAMPLE_TID) as usize);
         Some(u64::from_ne_bytes(body.get(at..at + 8)?.try_into().unwrap()))
+    }
+
+    /// A sample's thread without decoding the rest (0 when samples carry no thread); `None` when the body is too
+    /// short to hold it.
+    pub fn sample_tid(&self, body: &[u8]) -> Option<u32> {
+        if !self.has(SAMPLE_TID) {
+            return Some(0);
+        }
+        let at = 8 * (self.has(SAMPLE_IDENTIFIER) as usize + self.has(SAMPLE_IP) as usize) + 4;
+        Some(u32::from_ne_bytes(body.get(at..at + 4)?.try_into().unwrap()))
     }
 
     /// Encodes a sample (only the fields profcpu decodes; used for synthesized test data and round-trips).
@@ -379,6 +396,13 @@ impl SampleFormat {
             for &a in callchain {
                 e.u64(a);
             }
+        }
+        if self.has(SAMPLE_RAW) {
+            // The kernel pads the data so that it ends 8-byte aligned after its 4-byte size.
+            let padded = (s.raw.len() + 4).next_multiple_of(8) - 4;
+            e.u32(padded as u32);
+            e.bytes(&s.raw);
+            e.bytes(&[0; 8][..padded - s.raw.len()]);
         }
         let no_user = UserContext::default();
         let user = s.user.as_ref().unwrap_or(&no_user);
@@ -449,6 +473,7 @@ mod tests {
             cpu: 1,
             period: 9,
             callchain,
+            raw: vec![],
             user: Some(UserContext {
                 abi: REGS_ABI_64,
                 mask: MASK,
@@ -510,6 +535,21 @@ mod tests {
         let back = format().parse_sample(1, &e.into_inner()).unwrap();
         assert_eq!(back.callchain, vec![CONTEXT_USER, 0x40_1000], "a callchain the stash did not hold is kept");
         assert_eq!(back.user.unwrap().stack, vec![0xab; 40]);
+    }
+
+    #[test]
+    fn raw_data_round_trips_padded_as_the_kernel_pads_it() {
+        let f = SampleFormat { sample_type: format().sample_type | SAMPLE_RAW, ..format() };
+        // A tracepoint's 68 bytes of fields: the kernel's size word says 68, the record 4 + 68 = 72 bytes.
+        let mut s = sample(vec![CONTEXT_KERNEL, 0xffff_ffff_8100_0000, CONTEXT_USER, 0x40_1000], 16);
+        s.raw = (0..68).collect();
+        let bytes = encode(&f, &s);
+        assert_eq!(f.parse_sample(1, &bytes).unwrap(), s);
+        assert_eq!(f.sample_tid(&bytes), Some(2));
+        // Data that does not fill its last word comes back padded with zeros.
+        s.raw = vec![7; 5];
+        let back = f.parse_sample(1, &encode(&f, &s)).unwrap();
+        assert_eq!(back.raw, [7, 7, 7, 7, 7, 0, 0, 0, 0, 0, 0, 0]);
     }
 
     #[test]

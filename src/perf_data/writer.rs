@@ -3,7 +3,7 @@
 use super::abi::RECORD_FINISHED_ROUND;
 use super::bytes::Encoder;
 use super::header::{EventDesc, Features, FileHeader, Section, FILE_HEADER_SIZE};
-use super::records::Record;
+use super::records::{Record, Sample};
 use super::sample::SampleFormat;
 use crate::fs::Dir;
 use anyhow::{Context, Result};
@@ -58,8 +58,16 @@ impl PerfDataWriter {
         Ok(())
     }
 
+    /// Encodes a record; a sample in the first event's layout (see [`write_sample`](Self::write_sample)).
     pub fn write_record(&mut self, record: &Record) -> Result<()> {
         let bytes = record.encode(&self.format);
+        self.write_raw(&bytes)
+    }
+
+    /// Encodes a sample of event `event` (an index in the events given to [`create`](Self::create)) in its layout.
+    pub fn write_sample(&mut self, sample: &Sample, event: usize) -> Result<()> {
+        let format = self.events.get(event).map_or(self.format, |e| e.attr.sample_format());
+        let bytes = Record::encode_sample(sample, &format);
         self.write_raw(&bytes)
     }
 

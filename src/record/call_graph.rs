@@ -19,6 +19,11 @@ pub const AUTO_STACK_BYTES: u32 = 8192;
 /// A sample record is limited to 64 KB (its size is a u16), so the kernel cannot copy much more.
 pub const DWARF_STACK_BYTES: u32 = 32768;
 
+/// Switch-outs a second above which `auto` records them without stack copies: each copy takes its full size in the
+/// ring (the kernel reserves it), so 10 000 a second are some 85 MB/s through the rings and 70 MB/s of perf.data;
+/// beyond that the recorder on a small machine starts losing records (docs/PERFORMANCE.md, `bench-offcpu.py`).
+pub const MAX_COPIED_SWITCHES_PER_SEC: f64 = 10_000.0;
+
 /// The `-call-graph` choice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CallGraph {
@@ -81,6 +86,25 @@ impl CallGraph {
         }
     }
 
+    /// Bytes of user stack each switch-out copies, given how often the target switches (`None`: not known, as for
+    /// a command not started yet), and the notice when `auto` records none because it switches too often. A
+    /// switch-out's stack is copied as a sample's is (blocked .NET threads wait in libc, whose frames have no frame
+    /// pointers: only a copy gets through them).
+    pub fn switch_copy_bytes(self, switches_per_sec: Option<f64>, target: &str) -> (u32, Option<String>) {
+        match (self, switches_per_sec) {
+            (CallGraph::Auto, Some(rate)) if rate > MAX_COPIED_SWITCHES_PER_SEC => (
+                0,
+                Some(format!(
+                    "{target} switches {rate:.0} times a second, too often to copy its stack at every switch-out \
+                     (-call-graph auto copies up to {MAX_COPIED_SWITCHES_PER_SEC:.0}/s): its switch-outs are recorded \
+                     with frame-pointer stacks, which end in code without frame pointers (libc's waits among it); \
+                     -call-graph dwarf copies them anyway"
+                )),
+            ),
+            _ => (self.stack_copy_bytes(), None),
+        }
+    }
+
     /// Bytes of user stack each sample copies (0: none).
     pub fn stack_copy_bytes(self) -> u32 {
         match self {
@@ -105,5 +129,16 @@ mod tests {
         assert_eq!(mode, CallGraph::Dwarf);
         assert!(pages * 4096 >= 4 * DWARF_STACK_BYTES as usize && pages.is_power_of_two() && notice.is_some());
         assert_eq!(CallGraph::Fp.fit_ring(1, 4096), (CallGraph::Fp, 1, None));
+    }
+
+    #[test]
+    fn auto_copies_switch_outs_unless_they_come_too_fast() {
+        assert_eq!(CallGraph::Auto.switch_copy_bytes(Some(1000.0), "PID 7"), (AUTO_STACK_BYTES, None));
+        assert_eq!(CallGraph::Auto.switch_copy_bytes(None, "PID 7"), (AUTO_STACK_BYTES, None));
+        let (bytes, notice) = CallGraph::Auto.switch_copy_bytes(Some(90_000.0), "PID 7");
+        assert_eq!(bytes, 0);
+        assert!(notice.unwrap().starts_with("PID 7 switches 90000 times a second"));
+        assert_eq!(CallGraph::Dwarf.switch_copy_bytes(Some(90_000.0), "x"), (DWARF_STACK_BYTES, None));
+        assert_eq!(CallGraph::Fp.switch_copy_bytes(Some(10.0), "x"), (0, None));
     }
 }

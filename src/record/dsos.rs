@@ -139,6 +139,7 @@ mod tests {
             cpu: 0,
             period: 1,
             callchain,
+            raw: vec![],
             user: None,
         }
     }

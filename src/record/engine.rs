@@ -2,15 +2,16 @@
 //! perf.data until the duration ends, a signal arrives or the target exits; then drain and finish the file.
 
 use super::dsos::DsoTracker;
-use super::events::{self, EventSpec};
+use super::events::{self, EventSpec, Trigger};
 use super::explain::{self, OpenTarget};
 use super::progress::Progress;
 use super::ring::{self, RingBuffer};
 use super::target::{self, ExitWatch, LaunchedCommand};
-use super::{header_features, synthesize};
+use super::{header_features, synthesize, tracepoint, CallGraph};
 use super::{EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::interrupt;
-use crate::perf_data::abi::{RECORD_FORK, RECORD_SAMPLE};
+use crate::perf_data::abi::{RECORD_FORK, RECORD_SAMPLE, RECORD_SWITCH, RECORD_SWITCH_CPU_WIDE};
+use crate::perf_data::tracing::TracingData;
 use crate::perf_data::{Attr, EventDesc, PerfDataWriter, Record, SampleFormat};
 use anyhow::{bail, Context, Result};
 use perf_event_open_sys::bindings::perf_event_attr;
@@ -24,6 +25,8 @@ const TICK: Duration = Duration::from_millis(250);
 const COMMAND_GRACE: Duration = Duration::from_secs(2);
 /// Upper bound on re-listing a target's threads while it keeps creating new ones.
 const MAX_THREAD_RESCANS: usize = 64;
+/// How long a running target's switch rate is watched before `-call-graph auto` decides to copy switch-outs' stacks.
+const SWITCH_RATE_WINDOW: Duration = Duration::from_millis(200);
 
 /// One CPU's ring buffer and the event that owns its mapping; every other event on that CPU writes into it.
 struct CpuBuffer {
@@ -41,18 +44,26 @@ struct TaskEvent {
 }
 
 struct Session<'o> {
-    spec: EventSpec,
-    attr: perf_event_attr,
+    /// The recording's events, opened for every task and CPU: the first carries the side band (MMAP2, COMM, …).
+    specs: Vec<EventSpec>,
+    attrs: Vec<perf_event_attr>,
     cpus: Vec<u32>,
     data_pages: usize,
     pages_requested: usize,
     map_refusal: Option<i32>,
     buffers: Vec<Option<CpuBuffer>>,
     others: Vec<TaskEvent>,
-    ids: Vec<u64>,
+    /// Per event: the sample ids of its descriptors.
+    ids: Vec<Vec<u64>>,
+    /// Which event a sample id belongs to (with more than one event).
+    event_of_id: HashMap<u64, usize>,
     writer: Option<PerfDataWriter>,
-    format: SampleFormat,
-    samples: u64,
+    /// Per event: its sample layout (the `sample_id` trailer of other records is the same for all).
+    formats: Vec<SampleFormat>,
+    /// Per event: samples read.
+    samples: Vec<u64>,
+    /// The tracepoints' formats, for the file's HEADER_TRACING_DATA.
+    tracing: Option<TracingData>,
     lost_per_cpu: Vec<u64>,
     dsos: DsoTracker,
     /// While the target's threads are being listed: threads the kernel reported created (FORK), which carry an
@@ -84,57 +95,114 @@ pub fn record(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result
     result
 }
 
-/// What `opts` ask the kernel for: the event, the ring's data pages per CPU, and a notice when the ring had to be
-/// fitted to the stack copies.
-fn plan(opts: &RecordOptions) -> (EventSpec, usize, Option<String>) {
-    let asked_pages =
-        opts.mmap_pages.unwrap_or_else(|| ring::default_data_pages_for(opts.call_graph.stack_copy_bytes())).max(1);
+/// What `opts` ask the kernel for.
+struct Plan {
+    /// The events, the one carrying the side band (MMAP2, COMM, …) first.
+    specs: Vec<EventSpec>,
+    /// Ring data pages per CPU.
+    data_pages: usize,
+    /// How stacks are recorded, after fitting the ring.
+    call_graph: CallGraph,
+    /// The tracepoints' formats, for the file's HEADER_TRACING_DATA.
+    tracing: Option<TracingData>,
+    /// What was adapted (a ring fitted to the stack copies, tracefs mounted).
+    notices: Vec<String>,
+}
+
+/// What `opts` ask the kernel for. Reads the scheduler tracepoint from tracefs for the off-CPU modes: a missing
+/// tracefs is the one line the user sees, before anything is opened.
+fn plan(opts: &RecordOptions) -> Result<Plan> {
+    let asked_pages = opts
+        .mmap_pages
+        .unwrap_or_else(|| {
+            ring::default_data_pages_for(opts.call_graph.stack_copy_bytes(), opts.mode.records_switches())
+        })
+        .max(1);
     let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, ring::page_size());
-    let spec = EventSpec {
-        kind: opts.event,
-        frequency: opts.frequency,
+    let switches = match opts.mode.records_switches() {
+        true => Some(tracepoint::sched_switch(opts.mode.name())?),
+        false => None,
+    };
+    let sampling = EventSpec {
+        trigger: Trigger::Sampling { kind: opts.event, frequency: opts.frequency },
         kernel: true,
+        side_band: true,
+        context_switch: false,
         inherit: !matches!(opts.target, Target::All),
         enable_on_exec: matches!(opts.target, Target::Command(_)),
         wakeup_bytes: (data_pages.saturating_mul(ring::page_size()) / 2).min(u32::MAX as usize) as u32,
         stack_copy_bytes: call_graph.stack_copy_bytes(),
     };
-    (spec, data_pages, ring_notice)
+    let mut specs = Vec::new();
+    if opts.mode.samples_on_cpu() {
+        specs.push(sampling);
+    }
+    if let Some(switches) = &switches {
+        // Every switch-out of a target thread with its stack, and (context_switch) when each thread ran again.
+        specs.push(EventSpec {
+            trigger: Trigger::SchedSwitch { id: switches.id },
+            side_band: specs.is_empty(),
+            context_switch: true,
+            ..sampling
+        });
+    }
+    let notices = ring_notice.into_iter().chain(switches.as_ref().and_then(|s| s.notice.clone())).collect();
+    Ok(Plan { specs, data_pages, call_graph, tracing: switches.map(|s| s.tracing), notices })
 }
 
-/// Opens, and closes at once, the first event a recording with `opts` would open (on the target process, or
+/// Opens, and closes at once, the events a recording with `opts` would open first (on the target process, or
 /// CPU-wide for every process), so that a command which records later can refuse now, with the same explanation a
 /// recording would give. A launched command is not checked (it does not exist yet).
 pub fn check_access(opts: &RecordOptions) -> Result<()> {
-    let (mut spec, _, _) = plan(opts);
+    let Plan { mut specs, .. } = plan(opts)?;
     let cpu = target::online_cpus()?[0] as i32;
     let (pid, what) = match &opts.target {
         Target::Pid(pid) => (*pid as i32, OpenTarget::Pid(*pid)),
         Target::All => (-1, OpenTarget::AllProcesses),
         Target::Command(_) => return Ok(()),
     };
-    events::open_first(&mut spec, pid, cpu, &what).map(drop)
+    for spec in &mut specs {
+        events::open_first(spec, pid, cpu, &what)?;
+    }
+    Ok(())
 }
 
 fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
     let start_time = chrono::Local::now();
     target::raise_fd_limit();
+    target::raise_priority();
     let cpus = target::online_cpus()?;
-    let (spec, data_pages, ring_notice) = plan(opts);
+    let Plan { mut specs, data_pages, call_graph, tracing, mut notices } = plan(opts)?;
+    if let Some(switches) = specs.iter_mut().find(|s| matches!(s.trigger, Trigger::SchedSwitch { .. })) {
+        // Switch-outs' stacks are copied as samples' are, unless `auto` finds the target switching too often.
+        let rate = match call_graph {
+            CallGraph::Auto => target::switch_rate(&opts.target, SWITCH_RATE_WINDOW),
+            _ => None,
+        };
+        let what = match &opts.target {
+            Target::Pid(pid) => format!("PID {pid}"),
+            _ => "the machine".to_string(),
+        };
+        let (copy, notice) = call_graph.switch_copy_bytes(rate, &what);
+        switches.stack_copy_bytes = copy;
+        notices.extend(notice);
+    }
     let max_cpu = cpus.iter().max().copied().unwrap_or(0) as usize;
     let mut session = Session {
-        spec,
-        attr: events::build_attr(&spec),
+        attrs: specs.iter().map(events::build_attr).collect(),
+        ids: vec![Vec::new(); specs.len()],
+        event_of_id: HashMap::new(),
+        formats: Vec::new(),
+        samples: vec![0; specs.len()],
+        tracing,
+        specs,
         buffers: (0..cpus.len()).map(|_| None).collect(),
         cpus,
         data_pages,
         pages_requested: data_pages,
         map_refusal: None,
         others: Vec::new(),
-        ids: Vec::new(),
         writer: None,
-        format: SampleFormat::default(),
-        samples: 0,
         lost_per_cpu: vec![0; max_cpu + 1],
         dsos: DsoTracker::default(),
         forked: None,
@@ -146,7 +214,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         kernel_text: synthesize::kernel_text(),
         observer,
     };
-    if let Some(n) = ring_notice {
+    for n in notices {
         tracing::warn!("{n}");
         session.notices.push(n);
     }
@@ -166,7 +234,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         Target::Command(argv) => {
             let mut cmd = LaunchedCommand::spawn(argv)?;
             let pid = cmd.pid();
-            session.open_first_task(pid, OpenTarget::Pid(pid))?;
+            session.open_events(pid as i32, &OpenTarget::Pid(pid))?;
             session.create_writer(opts)?;
             session.write_kernel_text()?;
             session.writer().finished_round()?;
@@ -210,7 +278,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         }
         if Instant::now() >= next_tick {
             session.observer.on_tick();
-            progress.update(started.elapsed(), session.samples, session.lost(), session.writer().data_size());
+            progress.update(started.elapsed(), session.total_samples(), session.lost(), session.writer().data_size());
             next_tick = Instant::now() + TICK;
         }
     };
@@ -260,17 +328,26 @@ impl Session<'_> {
         self.lost_per_cpu.iter().sum()
     }
 
+    fn total_samples(&self) -> u64 {
+        self.samples.iter().sum()
+    }
+
+    /// The event that carries the side band, whose settings (stack copies, launch) hold for all.
+    fn lead(&self) -> &EventSpec {
+        &self.specs[0]
+    }
+
     /// Events for every thread of `pid` (re-listing until no thread is missing), then the synthesized state.
     fn open_pid(&mut self, pid: u32, opts: &RecordOptions) -> Result<()> {
         // Listed before any event exists, so none of these threads can have inherited one.
         let initial = target::thread_ids(pid).map_err(|_| anyhow::anyhow!(no_such_process(pid)))?;
-        self.open_first_task(pid, OpenTarget::Pid(pid))?;
+        self.open_events(pid as i32, &OpenTarget::Pid(pid))?;
         self.create_writer(opts)?;
         self.write_kernel_text()?;
         for &tid in initial.iter().filter(|&&t| t != pid) {
             self.open_task(tid, false)?;
         }
-        for record in synthesize::process(pid, self.spec.stack_copy_bytes > 0) {
+        for record in synthesize::process(pid, self.lead().stack_copy_bytes > 0) {
             self.write_synthesized(&record)?;
         }
         let initial_count = initial.len();
@@ -312,21 +389,13 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// One CPU-wide event per CPU, each with its own buffer, then every process synthesized.
+    /// CPU-wide events on every CPU, each CPU with its own buffer, then every process synthesized.
     fn open_all(&mut self, opts: &RecordOptions) -> Result<()> {
-        let (first, notices) = events::open_first(&mut self.spec, -1, self.cpus[0] as i32, &OpenTarget::AllProcesses)?;
-        self.adopt_spec(notices);
-        self.attach(0, first)?;
-        for i in 1..self.cpus.len() {
-            let fd = events::open(&self.attr, -1, self.cpus[i] as i32).map_err(|e| {
-                explain::open_refused(&e, &OpenTarget::AllProcesses, self.spec.event_name(), self.spec.frequency)
-            })?;
-            self.attach(i, fd)?;
-        }
+        self.open_events(-1, &OpenTarget::AllProcesses)?;
         self.create_writer(opts)?;
         self.write_kernel_text()?;
         for pid in crate::procfs::all_pids().context("cannot list /proc")? {
-            for record in synthesize::process(pid, self.spec.stack_copy_bytes > 0) {
+            for record in synthesize::process(pid, self.lead().stack_copy_bytes > 0) {
                 self.write_synthesized(&record)?;
             }
         }
@@ -334,21 +403,26 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// The first task's events: the first CPU decides the event settings (with fallbacks), the rest follow them.
-    fn open_first_task(&mut self, tid: u32, what: OpenTarget) -> Result<()> {
-        let (first, notices) = events::open_first(&mut self.spec, tid as i32, self.cpus[0] as i32, &what)?;
-        self.adopt_spec(notices);
-        self.attach(0, first)?;
+    /// Every event for task `pid` (-1: all tasks) on every CPU. On the first CPU each event's settings are decided
+    /// (with fallbacks); the other CPUs follow them.
+    fn open_events(&mut self, pid: i32, what: &OpenTarget) -> Result<()> {
+        for e in 0..self.specs.len() {
+            let (first, notices) = events::open_first(&mut self.specs[e], pid, self.cpus[0] as i32, what)?;
+            self.adopt_spec(e, notices);
+            self.attach(0, first, e)?;
+        }
         for i in 1..self.cpus.len() {
-            let fd = events::open(&self.attr, tid as i32, self.cpus[i] as i32)
-                .map_err(|e| explain::open_refused(&e, &what, self.spec.event_name(), self.spec.frequency))?;
-            self.attach(i, fd)?;
+            for e in 0..self.specs.len() {
+                let fd = events::open(&self.attrs[e], pid, self.cpus[i] as i32)
+                    .map_err(|err| events::refused(&self.specs[e], &err, what))?;
+                self.attach(i, fd, e)?;
+            }
         }
         Ok(())
     }
 
-    fn adopt_spec(&mut self, notices: Vec<String>) {
-        self.attr = events::build_attr(&self.spec);
+    fn adopt_spec(&mut self, e: usize, notices: Vec<String>) {
+        self.attrs[e] = events::build_attr(&self.specs[e]);
         for n in notices {
             tracing::warn!("{n}");
             self.notices.push(n);
@@ -359,25 +433,20 @@ impl Session<'_> {
     fn open_task(&mut self, tid: u32, rescanned: bool) -> Result<bool> {
         let mut opened = Vec::new();
         for i in 0..self.cpus.len() {
-            match events::open(&self.attr, tid as i32, self.cpus[i] as i32) {
-                Ok(fd) => {
-                    opened.push(self.others.len());
-                    self.attach(i, fd)?;
-                }
-                // The thread exited since it was listed.
-                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {
-                    for &j in &opened {
-                        self.others[j].fd = None;
+            for e in 0..self.specs.len() {
+                match events::open(&self.attrs[e], tid as i32, self.cpus[i] as i32) {
+                    Ok(fd) => {
+                        opened.push(self.others.len());
+                        self.attach(i, fd, e)?;
                     }
-                    return Ok(false);
-                }
-                Err(e) => {
-                    return Err(explain::open_refused(
-                        &e,
-                        &OpenTarget::Pid(tid),
-                        self.spec.event_name(),
-                        self.spec.frequency,
-                    ))
+                    // The thread exited since it was listed.
+                    Err(err) if err.raw_os_error() == Some(libc::ESRCH) => {
+                        for &j in &opened {
+                            self.others[j].fd = None;
+                        }
+                        return Ok(false);
+                    }
+                    Err(err) => return Err(events::refused(&self.specs[e], &err, &OpenTarget::Pid(tid))),
                 }
             }
         }
@@ -387,15 +456,16 @@ impl Session<'_> {
         Ok(true)
     }
 
-    /// Makes `fd` the owner of CPU slot `i`'s ring buffer, or redirects it into the existing one.
-    fn attach(&mut self, i: usize, fd: OwnedFd) -> Result<()> {
-        if !self.spec.enable_on_exec {
+    /// Makes `fd` (of event `e`) the owner of CPU slot `i`'s ring buffer, or redirects it into the existing one.
+    fn attach(&mut self, i: usize, fd: OwnedFd, e: usize) -> Result<()> {
+        if !self.lead().enable_on_exec {
             self.sampling_since.get_or_insert_with(Instant::now);
         }
         let id = events::event_id(fd.as_fd()).context("PERF_EVENT_IOC_ID failed")?;
-        self.ids.push(id);
+        self.ids[e].push(id);
+        self.event_of_id.insert(id, e);
         if let Some(w) = self.writer.as_mut() {
-            w.add_ids(0, &[id]);
+            w.add_ids(e, &[id]);
         }
         match &self.buffers[i] {
             Some(buffer) => {
@@ -441,21 +511,28 @@ impl Session<'_> {
             tracing::warn!("{n}");
             self.notices.push(n);
         }
-        tracing::debug!("{} data pages per CPU ring buffer, {} events", self.data_pages, self.ids.len());
+        tracing::debug!(
+            "{} data pages per CPU ring buffer, {} events",
+            self.data_pages,
+            self.ids.iter().map(Vec::len).sum::<usize>()
+        );
     }
 
     fn create_writer(&mut self, opts: &RecordOptions) -> Result<()> {
-        let attr = Attr::from_kernel(&self.attr);
-        self.format = attr.sample_format();
-        let desc = EventDesc { name: attr.event_name(), attr, ids: self.ids.clone() };
-        self.writer = Some(PerfDataWriter::create(&opts.output, &opts.perf_data, vec![desc])?);
+        let mut descs = Vec::new();
+        for (e, spec) in self.specs.iter().enumerate() {
+            let attr = Attr::from_kernel(&self.attrs[e]);
+            descs.push(EventDesc { name: spec.event_name().to_string(), attr, ids: self.ids[e].clone() });
+        }
+        self.formats = descs.iter().map(|d| d.attr.sample_format()).collect();
+        self.writer = Some(PerfDataWriter::create(&opts.output, &opts.perf_data, descs)?);
         Ok(())
     }
 
     fn write_kernel_text(&mut self) -> Result<()> {
         match self.kernel_text.take() {
             Some(record) => self.write_synthesized(&record),
-            None if !self.spec.kernel => Ok(()),
+            None if !self.specs.iter().any(|s| s.kernel) => Ok(()),
             None => {
                 tracing::warn!("{}", explain::kernel_symbols_hidden());
                 Ok(())
@@ -520,7 +597,7 @@ impl Session<'_> {
             for bytes in &scratch {
                 for record in ring::records(bytes) {
                     if u32::from_ne_bytes(record[..4].try_into().expect("8-byte header")) == RECORD_FORK {
-                        if let Ok(Record::Fork(t)) = Record::decode(record, &self.format) {
+                        if let Ok(Record::Fork(t)) = Record::decode(record, &self.formats[0]) {
                             self.on_fork(t.tid);
                         }
                     }
@@ -547,24 +624,32 @@ impl Session<'_> {
 
     fn consume(&mut self, bytes: &[u8], cpu: u32) -> Result<()> {
         let kind = u32::from_ne_bytes(bytes[..4].try_into().expect("records are at least 8 bytes"));
+        if kind == RECORD_SWITCH || kind == RECORD_SWITCH_CPU_WIDE {
+            // Two per switch-out: nothing here needs them decoded.
+            return self.writer().write_raw(bytes);
+        }
         if kind == RECORD_SAMPLE {
             // SAMPLE_IDENTIFIER puts the id first in every sample.
             let id = bytes.get(8..16).map(|b| u64::from_ne_bytes(b.try_into().expect("8 bytes")));
             if id.is_some_and(|id| self.dropped_ids.contains(&id)) {
                 return Ok(());
             }
-            self.samples += 1;
-            if let Ok(Record::Sample(sample)) = Record::decode(bytes, &self.format) {
+            let e = match self.formats.len() {
+                1 => 0,
+                _ => id.and_then(|id| self.event_of_id.get(&id).copied()).unwrap_or(0),
+            };
+            self.samples[e] += 1;
+            if let Ok(Record::Sample(sample)) = Record::decode(bytes, &self.formats[e]) {
                 self.dsos.on_sample(&sample);
                 if sample.user.is_some() {
                     // Re-encoded: the codec keeps the user callchain where perf does not read it (see
                     // SampleFormat::write_sample).
-                    return self.writer().write_record(&Record::Sample(sample));
+                    return self.writer().write_sample(&sample, e);
                 }
             }
             return self.writer().write_raw(bytes);
         }
-        match Record::decode(bytes, &self.format) {
+        match Record::decode(bytes, &self.formats[0]) {
             Ok(record) => {
                 match &record {
                     Record::Lost(l) => self.lost_per_cpu[cpu as usize] += l.lost,
@@ -625,9 +710,17 @@ impl Session<'_> {
                 .filter(|(_, &n)| n > 0)
                 .map(|(cpu, n)| format!("CPU {cpu}: {n}"))
                 .collect();
+            let copied_switches =
+                self.specs.iter().any(|s| matches!(s.trigger, Trigger::SchedSwitch { .. }) && s.stack_copy_bytes > 0);
+            let fix = match copied_switches {
+                // Switch-outs come as fast as the target switches: the rate cannot be lowered, their size can.
+                true => "switch-outs with stack copies came faster than they could be saved: record them with \
+                         -call-graph fp, or use a larger -mmap-pages"
+                    .to_string(),
+                false => "use a larger -mmap-pages or a lower -freq".to_string(),
+            };
             let n = format!(
-                "lost {lost} records ({}): the ring buffers overflowed; use a larger -mmap-pages (now {}) or a lower \
-                 -freq",
+                "lost {lost} records ({}): the ring buffers ({} pages per CPU) overflowed; {fix}",
                 per_cpu.join(", "),
                 self.data_pages
             );
@@ -637,24 +730,36 @@ impl Session<'_> {
         // The rings and events go before the (possibly slow) build-id reading.
         self.buffers.clear();
         self.others.clear();
-        let features = header_features::features(&self.dsos.hit(), self.spec.kernel && self.dsos.kernel_hit());
+        let kernel = self.specs.iter().any(|s| s.kernel);
+        let features =
+            header_features::features(&self.dsos.hit(), kernel && self.dsos.kernel_hit(), self.tracing.take());
         let writer = self.writer.take().expect("writer exists once events are open");
         writer.finish(&features)?;
         let bytes_written = opts.output.stat(&opts.perf_data).ok().flatten().map_or(0, |st| st.st_size.max(0) as u64);
+        let switch_outs = self
+            .specs
+            .iter()
+            .zip(&self.samples)
+            .filter(|(spec, _)| matches!(spec.trigger, Trigger::SchedSwitch { .. }))
+            .map(|(_, n)| n)
+            .sum();
+        let event_name = self.specs.iter().map(EventSpec::event_name).collect::<Vec<_>>().join(",");
         Ok(RecordSummary {
-            samples: self.samples,
+            mode: opts.mode,
+            samples: self.samples.iter().sum(),
+            switch_outs,
             lost,
             lost_per_cpu: self.lost_per_cpu,
             bytes_written,
             elapsed,
-            event_name: self.spec.event_name().to_string(),
+            event_name,
             frequency: opts.frequency,
             target_pid,
             target_cmdline,
             start_time,
             end_reason,
             notices: self.notices,
-            kernel_frames: self.spec.kernel,
+            kernel_frames: kernel,
         })
     }
 }

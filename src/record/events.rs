@@ -3,6 +3,7 @@
 
 use super::explain::{self, OpenTarget};
 use super::EventKind;
+use crate::perf_data::tracing::SCHED_SWITCH;
 use anyhow::Result;
 use perf_event_open_sys as sys;
 use perf_event_open_sys::bindings::{self as abi, perf_event_attr};
@@ -23,13 +24,27 @@ pub const SAMPLE_TYPE: u64 = (abi::PERF_SAMPLE_IDENTIFIER
     | abi::PERF_SAMPLE_PERIOD
     | abi::PERF_SAMPLE_CALLCHAIN) as u64;
 
+/// What makes the kernel write a sample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Trigger {
+    /// `frequency` samples per second of the event (on-CPU samples).
+    Sampling { kind: EventKind, frequency: u64 },
+    /// Every switch-out of a monitored task: the `sched:sched_switch` tracepoint of this id, with its raw fields
+    /// (`prev_state` tells a preempted task from a blocked one).
+    SchedSwitch { id: u64 },
+}
+
 /// What to ask the kernel for; `build_attr` turns it into the ABI struct.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EventSpec {
-    pub kind: EventKind,
-    pub frequency: u64,
-    /// Sample in kernel mode and record kernel frames in callchains.
+    pub trigger: Trigger,
+    /// Sample in kernel mode and record kernel frames in callchains (a tracepoint fires in the kernel: always).
     pub kernel: bool,
+    /// This event reports the side band — MMAP2, COMM, FORK/EXIT — for the recording (one event per task does).
+    pub side_band: bool,
+    /// This event reports the monitored tasks' arrivals on and departures from CPUs (PERF_RECORD_SWITCH, or
+    /// SWITCH_CPU_WIDE for a CPU-wide event).
+    pub context_switch: bool,
     /// Threads and processes the target creates later get the event too (per-task events only).
     pub inherit: bool,
     /// Start disabled and let the kernel enable it when the task calls exec (a launched command).
@@ -42,32 +57,56 @@ pub struct EventSpec {
 
 impl EventSpec {
     pub fn event_name(&self) -> &'static str {
-        self.kind.name()
+        match self.trigger {
+            Trigger::Sampling { kind, .. } => kind.name(),
+            Trigger::SchedSwitch { .. } => SCHED_SWITCH,
+        }
+    }
+
+    /// Samples per second asked for (0 for a tracepoint, which samples every hit).
+    pub fn frequency(&self) -> u64 {
+        match self.trigger {
+            Trigger::Sampling { frequency, .. } => frequency,
+            Trigger::SchedSwitch { .. } => 0,
+        }
     }
 }
 
 pub fn build_attr(spec: &EventSpec) -> perf_event_attr {
     let mut attr = perf_event_attr { size: ATTR_SIZE, ..Default::default() };
-    let (kind, config) = match spec.kind {
-        EventKind::CpuClock => (abi::PERF_TYPE_SOFTWARE, abi::PERF_COUNT_SW_CPU_CLOCK as u64),
-        EventKind::TaskClock => (abi::PERF_TYPE_SOFTWARE, abi::PERF_COUNT_SW_TASK_CLOCK as u64),
-        EventKind::Cycles => (abi::PERF_TYPE_HARDWARE, abi::PERF_COUNT_HW_CPU_CYCLES as u64),
-    };
-    attr.type_ = kind;
-    attr.config = config;
-    attr.__bindgen_anon_1.sample_freq = spec.frequency;
-    attr.set_freq(1);
     attr.sample_type = SAMPLE_TYPE;
+    match spec.trigger {
+        Trigger::Sampling { kind, frequency } => {
+            let (kind, config) = match kind {
+                EventKind::CpuClock => (abi::PERF_TYPE_SOFTWARE, abi::PERF_COUNT_SW_CPU_CLOCK as u64),
+                EventKind::TaskClock => (abi::PERF_TYPE_SOFTWARE, abi::PERF_COUNT_SW_TASK_CLOCK as u64),
+                EventKind::Cycles => (abi::PERF_TYPE_HARDWARE, abi::PERF_COUNT_HW_CPU_CYCLES as u64),
+            };
+            attr.type_ = kind;
+            attr.config = config;
+            attr.__bindgen_anon_1.sample_freq = frequency;
+            attr.set_freq(1);
+        }
+        Trigger::SchedSwitch { id } => {
+            attr.type_ = abi::PERF_TYPE_TRACEPOINT;
+            attr.config = id;
+            attr.__bindgen_anon_1.sample_period = 1;
+            attr.sample_type |= abi::PERF_SAMPLE_RAW as u64;
+        }
+    }
     attr.set_sample_id_all(1);
     // CLOCK_MONOTONIC is the clock the JIT runtimes stamp their jitdump records with.
     attr.set_use_clockid(1);
     attr.clockid = libc::CLOCK_MONOTONIC;
-    // mmap and mmap2 together, as perf sets them: the kernel then emits MMAP2 (with device, inode, prot, flags).
-    attr.set_mmap(1);
-    attr.set_mmap2(1);
-    attr.set_comm(1);
-    attr.set_comm_exec(1);
-    attr.set_task(1);
+    if spec.side_band {
+        // mmap and mmap2 together, as perf sets them: the kernel then emits MMAP2 (with device, inode, prot, flags).
+        attr.set_mmap(1);
+        attr.set_mmap2(1);
+        attr.set_comm(1);
+        attr.set_comm_exec(1);
+        attr.set_task(1);
+    }
+    attr.set_context_switch(spec.context_switch as u64);
     attr.set_inherit(spec.inherit as u64);
     attr.set_disabled(spec.enable_on_exec as u64);
     attr.set_enable_on_exec(spec.enable_on_exec as u64);
@@ -78,7 +117,7 @@ pub fn build_attr(spec: &EventSpec) -> perf_event_attr {
         attr.sample_regs_user = super::call_graph::X86_64_USER_REGS;
         attr.sample_stack_user = spec.stack_copy_bytes;
         // Later mappings of files' other segments too (see synthesize::mappings): perf's unwinder needs them.
-        attr.set_mmap_data(1);
+        attr.set_mmap_data(spec.side_band as u64);
     }
     if !spec.kernel {
         attr.set_exclude_kernel(1);
@@ -112,13 +151,17 @@ pub fn open_first(spec: &mut EventSpec, pid: i32, cpu: i32, target: &OpenTarget)
             Err(e) => e,
         };
         let errno = err.raw_os_error().unwrap_or(0);
-        if spec.kind == EventKind::Cycles && matches!(errno, libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) {
+        let Trigger::Sampling { kind, frequency } = spec.trigger else {
+            // A tracepoint samples only in the kernel: there is nothing to fall back to.
+            return Err(refused(spec, &err, target));
+        };
+        if kind == EventKind::Cycles && matches!(errno, libc::ENOENT | libc::EOPNOTSUPP | libc::ENODEV) {
             notices.push(format!(
                 "the cycles event is not supported here ({}: no hardware PMU, usual in VMs and containers); \
                  sampling cpu-clock instead",
                 explain::errno_name(errno)
             ));
-            spec.kind = EventKind::CpuClock;
+            spec.trigger = Trigger::Sampling { kind: EventKind::CpuClock, frequency };
             continue;
         }
         if spec.kernel && matches!(errno, libc::EACCES | libc::EPERM) {
@@ -131,7 +174,15 @@ pub fn open_first(spec: &mut EventSpec, pid: i32, cpu: i32, target: &OpenTarget)
                 return Ok((fd, notices));
             }
         }
-        return Err(explain::open_refused(&err, target, spec.event_name(), spec.frequency));
+        return Err(refused(spec, &err, target));
+    }
+}
+
+/// The one line for a refused event of this spec.
+pub fn refused(spec: &EventSpec, err: &io::Error, target: &OpenTarget) -> anyhow::Error {
+    match spec.trigger {
+        Trigger::Sampling { .. } => explain::open_refused(err, target, spec.event_name(), spec.frequency()),
+        Trigger::SchedSwitch { .. } => explain::tracepoint_refused(err, target, spec.event_name()),
     }
 }
 
@@ -173,9 +224,10 @@ mod tests {
     #[test]
     fn attr_has_the_fields_perf_needs() {
         let spec = EventSpec {
-            kind: EventKind::CpuClock,
-            frequency: 99,
+            trigger: Trigger::Sampling { kind: EventKind::CpuClock, frequency: 99 },
             kernel: true,
+            side_band: true,
+            context_switch: false,
             inherit: true,
             enable_on_exec: false,
             wakeup_bytes: 4096,
@@ -196,5 +248,15 @@ mod tests {
         let format = copies.sample_format();
         assert_eq!(format.sample_type, SAMPLE_TYPE | (abi::PERF_SAMPLE_REGS_USER | abi::PERF_SAMPLE_STACK_USER) as u64);
         assert_eq!(format.regs_user_mask.count_ones(), 20);
+
+        // The switch-out event of the off-CPU modes: every hit, with its raw fields and the switch records.
+        let switches =
+            EventSpec { trigger: Trigger::SchedSwitch { id: 372 }, side_band: false, context_switch: true, ..spec };
+        let kernel_attr = build_attr(&switches);
+        let attr = Attr::from_kernel(&kernel_attr);
+        assert!(attr.is_tracepoint() && attr.context_switch() && !attr.is_freq());
+        assert_eq!((attr.config(), attr.sample_freq_or_period()), (372, 1));
+        assert_eq!(attr.sample_type(), SAMPLE_TYPE | abi::PERF_SAMPLE_RAW as u64);
+        assert_eq!((kernel_attr.mmap(), kernel_attr.comm(), kernel_attr.task()), (0, 0, 0));
     }
 }

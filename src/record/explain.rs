@@ -243,6 +243,33 @@ pub fn open_refused(err: &io::Error, target: &OpenTarget, event: &str, frequency
     anyhow::anyhow!(line)
 }
 
+/// One line for a refused tracepoint event. Tracepoints with their raw fields need CAP_PERFMON (or CAP_SYS_ADMIN)
+/// or `perf_event_paranoid` -1, whatever the target (`perf_allow_tracepoint` in kernel/events/core.c); other
+/// refusals read as for any event.
+pub fn tracepoint_refused(err: &io::Error, target: &OpenTarget, event: &str) -> anyhow::Error {
+    let errno = err.raw_os_error().unwrap_or(0);
+    let paranoid = perf_event_paranoid();
+    let needs_capability = matches!(errno, libc::EACCES | libc::EPERM)
+        && !has_perf_capability()
+        && !seccomp_filtered()
+        && paranoid.is_some_and(|p| p > -1);
+    if !needs_capability {
+        return open_refused(err, target, event, 0);
+    }
+    let what = match target {
+        OpenTarget::Pid(pid) => format!("PID {pid}"),
+        OpenTarget::AllProcesses => "all processes (-all)".to_string(),
+    };
+    anyhow::anyhow!(
+        "cannot record the scheduler tracepoint {event} for {what}: tracepoints need CAP_PERFMON or \
+         kernel.perf_event_paranoid -1 (it is {}; {}); allow it on the host with `sysctl \
+         kernel.perf_event_paranoid=-1`, or {}",
+        paranoid.unwrap_or_default(),
+        errno_name(errno),
+        capability_fix(environment())
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,9 +4,11 @@
 use super::buildid;
 use super::dsos::HitDso;
 use crate::perf_data::header::HOST_PID;
+use crate::perf_data::tracing::TracingData;
 use crate::perf_data::{BuildIdEntry, Features};
 
-pub fn features(hit: &[HitDso], kernel_hit: bool) -> Features {
+/// `tracing`: the formats of the recorded tracepoints, if any.
+pub fn features(hit: &[HitDso], kernel_hit: bool, tracing: Option<TracingData>) -> Features {
     let uts = nix::sys::utsname::uname().ok();
     let field = |f: fn(&nix::sys::utsname::UtsName) -> &std::ffi::OsStr| {
         uts.as_ref().map(|u| f(u).to_string_lossy().into_owned())
@@ -21,6 +23,8 @@ pub fn features(hit: &[HitDso], kernel_hit: bool) -> Features {
         // perf records its own command line; so does profcpu.
         cmdline: Some(std::env::args().collect()),
         build_ids: build_ids(hit, kernel_hit),
+        tracing,
+        event_desc: Vec::new(),
     }
 }
 

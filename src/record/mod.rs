@@ -14,6 +14,7 @@ mod progress;
 pub mod ring;
 pub mod synthesize;
 pub mod target;
+mod tracepoint;
 
 pub use call_graph::CallGraph;
 pub use engine::{check_access, check_target, record};
@@ -62,9 +63,49 @@ impl EventKind {
     }
 }
 
+/// What a recording measures (`-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Mode {
+    /// Where threads run: samples of the sampling event on the CPU.
+    #[default]
+    Cpu,
+    /// Where threads wait: the stack of every switch-out of a target thread (`sched:sched_switch`) and when it ran
+    /// again (context-switch records).
+    Offcpu,
+    /// Both, so each thread's time is whole: on-CPU samples and off-CPU intervals.
+    Wall,
+}
+
+impl Mode {
+    pub const ALL: [Mode; 3] = [Mode::Cpu, Mode::Offcpu, Mode::Wall];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Cpu => "cpu",
+            Mode::Offcpu => "offcpu",
+            Mode::Wall => "wall",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|m| m.name() == name)
+    }
+
+    /// Records the sampling event (on-CPU samples).
+    pub fn samples_on_cpu(self) -> bool {
+        self != Mode::Offcpu
+    }
+
+    /// Records switch-outs and switch-ins.
+    pub fn records_switches(self) -> bool {
+        self != Mode::Cpu
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct RecordOptions {
     pub target: Target,
+    pub mode: Mode,
     /// How long to sample; `None` for a launched command means "until it exits".
     pub duration: Option<Duration>,
     pub frequency: u64,
@@ -90,7 +131,11 @@ pub enum EndReason {
 
 #[derive(Debug, Clone)]
 pub struct RecordSummary {
+    pub mode: Mode,
+    /// Sample records of every event (switch-outs included).
     pub samples: u64,
+    /// Of those, switch-outs (`sched:sched_switch` samples).
+    pub switch_outs: u64,
     pub lost: u64,
     pub lost_per_cpu: Vec<u64>,
     pub bytes_written: u64,

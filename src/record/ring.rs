@@ -34,13 +34,15 @@ pub fn default_data_pages() -> usize {
     pages_for_mlock_kb(mlock_kb, page_size())
 }
 
-/// [`default_data_pages`] for samples carrying `stack_copy_bytes` of user stack each: a few KB per sample fill the
-/// default ring (512 KB) within tens of milliseconds at high rates, so a privileged recorder, whom
-/// `perf_event_mlock_kb` does not limit, takes 4 MB per CPU (as many samples as 64 of frame-pointer ones).
-pub fn default_data_pages_for(stack_copy_bytes: u32) -> usize {
+/// [`default_data_pages`] for samples carrying `stack_copy_bytes` of user stack each, and for recordings of every
+/// context switch (`every_switch`: a switch-heavy program makes 100k switch-outs a second, each with its
+/// switch records): a few KB per sample, or a few hundred bytes at such rates, fill the default ring (512 KB)
+/// within milliseconds, so a privileged recorder, whom `perf_event_mlock_kb` does not limit, takes 4 MB per CPU (as
+/// many samples as 64 of frame-pointer ones).
+pub fn default_data_pages_for(stack_copy_bytes: u32, every_switch: bool) -> usize {
     let pages = default_data_pages();
     // SAFETY: geteuid has no preconditions.
-    if stack_copy_bytes == 0 || unsafe { libc::geteuid() } != 0 {
+    if (stack_copy_bytes == 0 && !every_switch) || unsafe { libc::geteuid() } != 0 {
         return pages;
     }
     pages.max((4 << 20) / page_size()).next_power_of_two()

@@ -1,6 +1,8 @@
 //! `flamegraph.svg`: the folded stacks drawn by inferno (as a library), coloured by the kind of code of each frame
 //! (JIT/managed green, native yellow, kernel orange, unknown red, thread roots blue-grey) through inferno's palette
-//! map, so the folded file itself stays plain. The SVG keeps inferno's script: click to zoom, Ctrl+F or the
+//! map, so the folded file itself stays plain. Off-CPU time is drawn in cold colours of the same kinds (blue
+//! managed, cyan native, violet kernel): the whole graph of an off-CPU profile, the frames whose time was mostly
+//! waiting in a wall-clock one. The SVG keeps inferno's script: click to zoom, Ctrl+F or the
 //! Search button to highlight, and a `?s=<regex>` URL parameter that searches on load.
 
 use super::folded::Folded;
@@ -26,6 +28,19 @@ pub struct FlameOptions {
     pub legend: bool,
     /// Frames narrower than this percentage of the total are left out (keeps huge profiles fast to open).
     pub min_width_percent: f64,
+    pub palette: Palette,
+}
+
+/// Which colours the frames get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Palette {
+    /// Warm colours by kind of code.
+    #[default]
+    OnCpu,
+    /// Cold colours by kind of code: every frame is time off the CPU.
+    OffCpu,
+    /// Warm for frames whose time was mostly on the CPU, cold for those mostly off it.
+    Wall,
 }
 
 impl Default for FlameOptions {
@@ -37,6 +52,7 @@ impl Default for FlameOptions {
             factor: 1.0,
             legend: true,
             min_width_percent: 0.01,
+            palette: Palette::OnCpu,
         }
     }
 }
@@ -51,11 +67,21 @@ impl FlameOptions {
     pub fn for_profile(meta: &Metadata, weight: Weight) -> Self {
         let target = if meta.command_line.trim().is_empty() { meta.comm.clone() } else { meta.command_line.clone() };
         let target = shorten(&without_directories(&target), 100);
+        let (palette, kind) = match meta.mode.as_str() {
+            "offcpu" => (Palette::OffCpu, Some("off-CPU time")),
+            "wall" => (Palette::Wall, Some("wall-clock time")),
+            _ => (Palette::OnCpu, None),
+        };
         let title = match (meta.pid, meta.ns_pid) {
             (Some(pid), Some(ns)) if ns != pid => format!("{target} (PID {pid}, {ns} in its namespace)"),
             (Some(pid), _) => format!("{target} (PID {pid})"),
             (None, _) if target.is_empty() => "CPU flame graph".to_string(),
             (None, _) => target,
+        };
+        let title = match kind {
+            Some(kind) if title == "CPU flame graph" => format!("{kind} flame graph"),
+            Some(kind) => format!("{kind}: {title}"),
+            None => title,
         };
         let mut parts = Vec::new();
         match (meta.duration_secs, meta.frequency_hz) {
@@ -64,13 +90,32 @@ impl FlameOptions {
             (None, Some(f)) => parts.push(format!("{f} Hz ({})", meta.event)),
             (None, None) => {}
         }
-        parts.push(format!("{} samples", meta.samples));
+        match (palette, meta.switch_outs) {
+            (Palette::OffCpu, Some(n)) => parts.push(format!("{n} switch-outs")),
+            (Palette::Wall, Some(n)) => {
+                parts.push(format!("{} samples, {n} switch-outs", meta.samples - n.min(meta.samples)))
+            }
+            _ => parts.push(format!("{} samples", meta.samples)),
+        }
         parts.push(format!("{} lost", meta.lost));
+        if weight == Weight::Time {
+            parts.push(match palette {
+                Palette::Wall => "µs on and off CPU".to_string(),
+                _ => "µs off CPU".to_string(),
+            });
+        }
         if let Some(trigger) = &meta.trigger {
             parts.push(format!("started by {}", trigger.summary()));
         }
         let (count_name, factor) = count_unit(&meta.event, weight);
-        FlameOptions { title, subtitle: Some(parts.join(" · ")), count_name, factor, ..FlameOptions::default() }
+        FlameOptions {
+            title,
+            subtitle: Some(parts.join(" · ")),
+            count_name,
+            factor,
+            palette,
+            ..FlameOptions::default()
+        }
     }
 
     /// The same graph restricted to one thread: the title names it.
@@ -85,12 +130,15 @@ impl FlameOptions {
 pub fn count_unit(event: &str, weight: Weight) -> (String, f64) {
     match weight {
         Weight::Samples => ("samples".into(), 1.0),
+        Weight::Time => ("µs".into(), 1.0),
         Weight::Period if CLOCK_EVENTS.contains(&event) => ("µs".into(), 1e-3),
         Weight::Period => (format!("{event} period"), 1.0),
     }
 }
 
 const LEGEND: &str = "green JIT · yellow native · orange kernel · red unknown · blue thread";
+const OFF_CPU_LEGEND: &str = "blue managed · cyan native · violet kernel · grey [runnable]";
+const WALL_LEGEND: &str = "warm: mostly on CPU · cold: mostly waiting";
 
 /// Renders `folded` as an interactive SVG. Fails (writing nothing) when there is no stack to draw.
 pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Result<()> {
@@ -103,14 +151,22 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
     let mut palette = PaletteMap::default();
     palette.insert("", rgb(200, 200, 200));
     for (name, kind) in folded.kinds() {
-        let (r, g, b) = frame_color(Some(kind), name);
+        let cold = match opts.palette {
+            Palette::OnCpu => false,
+            Palette::OffCpu => true,
+            Palette::Wall => folded.is_mostly_off_cpu(name),
+        };
+        let (r, g, b) = if cold { cold_color(Some(kind), name) } else { frame_color(Some(kind), name) };
         palette.insert(name, rgb(r, g, b));
     }
     let mut lines = Vec::with_capacity(folded.stacks().len());
     for (stack, count) in folded.stacks() {
         let root = stack.split(';').next().unwrap_or_default();
         if palette.get(root).is_none() {
-            let (r, g, b) = frame_color(None, root);
+            let (r, g, b) = match opts.palette {
+                Palette::OffCpu => cold_color(None, root),
+                _ => frame_color(None, root),
+            };
             palette.insert(root, rgb(r, g, b));
         }
         let drawn = protect_trailing_number(stack);
@@ -126,10 +182,15 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
 
     let mut options = Options::default();
     options.title = opts.title.clone();
+    let legend = match opts.palette {
+        Palette::OnCpu => LEGEND,
+        Palette::OffCpu => OFF_CPU_LEGEND,
+        Palette::Wall => WALL_LEGEND,
+    };
     options.subtitle = match (&opts.subtitle, opts.legend) {
-        (Some(s), true) => Some(format!("{s} · {LEGEND}")),
+        (Some(s), true) => Some(format!("{s} · {legend}")),
         (Some(s), false) => Some(s.clone()),
-        (None, true) => Some(LEGEND.to_string()),
+        (None, true) => Some(legend.to_string()),
         (None, false) => None,
     };
     options.count_name = opts.count_name.clone();
@@ -152,6 +213,22 @@ pub fn frame_color(kind: Option<FrameKind>, name: &str) -> (u8, u8, u8) {
         Some(FrameKind::Kernel) => (mix(210, 45), mix(110, 50), mix(0, 40)),
         Some(FrameKind::Unknown) => (mix(200, 55), mix(60, 50), mix(60, 50)),
         None => (mix(120, 40), mix(150, 40), mix(200, 40)),
+    }
+}
+
+/// The cold counterpart of [`frame_color`], for time off the CPU; the `[runnable]` frame is grey.
+pub fn cold_color(kind: Option<FrameKind>, name: &str) -> (u8, u8, u8) {
+    let v = shade(name);
+    let mix = |base: u8, span: u8| base.saturating_add((v * span as f64) as u8);
+    if name == crate::symbolize::RUNNABLE_FRAME {
+        return (190, 195, 205);
+    }
+    match kind {
+        Some(FrameKind::Jit) => (mix(40, 50), mix(110, 60), mix(200, 50)),
+        Some(FrameKind::Native) => (mix(60, 50), mix(170, 50), mix(200, 50)),
+        Some(FrameKind::Kernel) => (mix(130, 50), mix(100, 50), mix(200, 50)),
+        Some(FrameKind::Unknown) => (mix(150, 40), mix(160, 40), mix(190, 40)),
+        None => (mix(100, 40), mix(120, 40), mix(150, 40)),
     }
 }
 

@@ -4,9 +4,9 @@
 
 use super::stacks::{EventFilter, PerStack, Root, StackNamer, STACK_FRAMES_KEPT};
 use super::Weight;
-use crate::symbolize::{FrameKind, ResolvedSample};
+use crate::symbolize::{Frame, FrameKind, OffCpuState, ResolvedSample};
 use rustc_hash::FxHashMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 
 /// Options for [`Folder`].
@@ -15,6 +15,8 @@ pub struct FoldOptions {
     /// Fold only samples of this event (compared up to its first `:`). `None`: the first sample's event, which is
     /// what inferno-collapse-perf does so that different events never add up in one graph.
     pub event: Option<String>,
+    /// Fold every event (a wall-clock profile adds on-CPU samples and switch-outs, both weighted in time).
+    pub all_events: bool,
     /// What a sample adds to its stack's count. Must match the [`super::script::ScriptOptions::weight`] the
     /// perf_script.out was written with for the two files to agree.
     pub weight: Weight,
@@ -32,7 +34,53 @@ pub struct Folded {
     input_samples: u64,
     /// Samples per leaf frame name (for the top table).
     leaves: Vec<(String, u64)>,
+    /// With [`Weight::Time`]: the time by where it went (for the top table).
+    time_by_frame: Vec<TimeByFrame>,
+    /// With [`Weight::Time`]: the frame names whose time is mostly off the CPU (drawn in cold colours).
+    off_cpu_names: HashSet<String>,
     event: Option<String>,
+}
+
+/// Time spent at one frame: on the CPU with it as the leaf, or off the CPU waiting in it (see [`waiting_frame`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeByFrame {
+    pub name: String,
+    /// `None` on the CPU.
+    pub state: Option<OffCpuState>,
+    pub samples: u64,
+    /// In the folded counts' unit.
+    pub weight: u64,
+}
+
+/// The frame a switch-out's thread waited in, as the top table names the wait: the innermost frame of managed
+/// (JIT or precompiled) code or of the program itself — not the kernel, libc's futex wrappers or a runtime library —
+/// else the innermost user frame; for a kernel thread, the innermost kernel frame outside the scheduler.
+pub fn waiting_frame(frames: &[Frame]) -> Option<&Frame> {
+    let real = |f: &&Frame| f.addr != 0;
+    let own_code = |f: &&Frame| match f.kind {
+        FrameKind::Jit => true,
+        FrameKind::Native => !is_shared_library(&f.module),
+        _ => false,
+    };
+    let scheduler = |f: &&Frame| {
+        let name = f.symbol.as_deref().unwrap_or("");
+        ["schedule", "__schedule", "preempt_schedule", "io_schedule", "finish_task_switch"]
+            .iter()
+            .any(|s| name.starts_with(s))
+    };
+    frames
+        .iter()
+        .filter(real)
+        .find(own_code)
+        .or_else(|| frames.iter().filter(real).find(|f| f.kind != FrameKind::Kernel))
+        .or_else(|| frames.iter().filter(real).find(|f| !scheduler(f)))
+        .or_else(|| frames.iter().find(real))
+}
+
+/// A shared library, or code the kernel maps into every process (`[vdso]`): not the program's own code.
+fn is_shared_library(module: &str) -> bool {
+    let name = module.rsplit('/').next().unwrap_or(module);
+    name.ends_with(".so") || name.contains(".so.") || name.starts_with('[')
 }
 
 impl Folded {
@@ -59,6 +107,18 @@ impl Folded {
     /// How many folded samples had each frame name as their leaf (unordered).
     pub fn leaf_samples(&self) -> &[(String, u64)] {
         &self.leaves
+    }
+
+    /// With [`Weight::Time`]: the time by frame and state (unordered).
+    pub fn time_by_frame(&self) -> &[TimeByFrame] {
+        &self.time_by_frame
+    }
+
+    /// Whether most of the time under this frame name was spent off the CPU (always false unless weighted by
+    /// time). A flame graph colours by name, so a frame both kinds of stack have (`__schedule` caught on the CPU,
+    /// a thread's start) takes the colour of most of its time.
+    pub fn is_mostly_off_cpu(&self, name: &str) -> bool {
+        self.off_cpu_names.contains(name)
     }
 
     /// The event whose samples were folded (up to its first `:`), `None` when there were no samples.
@@ -100,6 +160,12 @@ pub struct Folder {
     folded_samples: u64,
     input_samples: u64,
     leaf_samples: Vec<u64>,
+    /// With [`Weight::Time`], per slot: the weight of its on-CPU (0) and off-CPU (1) samples, and the name ids of
+    /// the frame they are listed under in the top table.
+    slot_time: Vec<[u64; 2]>,
+    slot_labels: Vec<[Option<u32>; 2]>,
+    /// Samples and weight by (name id, state: 0 on CPU, 1 blocked, 2 runnable).
+    time_by_label: FxHashMap<(u32, u8), (u64, u64)>,
 }
 
 impl Folder {
@@ -112,10 +178,16 @@ impl Folder {
             leaves: Vec::new(),
             by_stack: PerStack::new(STACK_FRAMES_KEPT),
             stack: Vec::with_capacity(64),
-            filter: EventFilter::new(opts.event.as_deref()),
+            filter: match opts.all_events {
+                true => EventFilter::all(),
+                false => EventFilter::new(opts.event.as_deref()),
+            },
             folded_samples: 0,
             input_samples: 0,
             leaf_samples: Vec::new(),
+            slot_time: Vec::new(),
+            slot_labels: Vec::new(),
+            time_by_label: FxHashMap::default(),
         }
     }
 
@@ -139,15 +211,42 @@ impl Folder {
         };
         let Some(slot) = slot else { return };
         let leaf = self.leaves[slot as usize] as usize;
-        self.counts[slot as usize] += match self.weight {
-            Weight::Period => sample.period,
-            Weight::Samples => 1,
-        };
+        let weight = self.weight.of(sample);
+        self.counts[slot as usize] += weight;
         if self.leaf_samples.len() <= leaf {
             self.leaf_samples.resize(leaf + 1, 0);
         }
         self.leaf_samples[leaf] += 1;
         self.folded_samples += 1;
+        if self.weight == Weight::Time {
+            self.add_time(sample, root, slot as usize, weight);
+        }
+    }
+
+    /// Notes where a time-weighted sample's time went: the leaf on the CPU, the waiting frame off it.
+    fn add_time(&mut self, sample: &ResolvedSample, root: Root, slot: usize, weight: u64) {
+        let off = sample.off_cpu.is_some() as usize;
+        self.slot_time[slot][off] += weight;
+        let label = match self.slot_labels[slot][off] {
+            Some(label) => label,
+            None => {
+                let label = match sample.off_cpu {
+                    None => Some(self.leaves[slot]),
+                    Some(_) => waiting_frame(&sample.frames).map(|f| self.namer.innermost_name(f, root)),
+                };
+                let label = label.unwrap_or(self.leaves[slot]);
+                self.slot_labels[slot][off] = Some(label);
+                label
+            }
+        };
+        let state = match sample.off_cpu {
+            None => 0,
+            Some(OffCpuState::Blocked) => 1,
+            Some(OffCpuState::Runnable) => 2,
+        };
+        let entry = self.time_by_label.entry((label, state)).or_default();
+        entry.0 += 1;
+        entry.1 += weight;
     }
 
     /// The slot of the sample's folded stack (made on first sight); `None` when it has no folded line.
@@ -162,6 +261,10 @@ impl Folder {
         self.slots.insert(self.stack.as_slice().into(), slot);
         self.counts.push(0);
         self.leaves.push(*self.stack.last().expect("a stack with frames"));
+        if self.weight == Weight::Time {
+            self.slot_time.push([0, 0]);
+            self.slot_labels.push([None, None]);
+        }
         Some(slot)
     }
 
@@ -171,21 +274,42 @@ impl Folder {
     }
 
     pub fn finish(self) -> Folded {
-        let Folder { namer, slots, counts, filter, folded_samples, input_samples, leaf_samples, .. } = self;
+        let Folder {
+            weight,
+            namer,
+            slots,
+            counts,
+            filter,
+            folded_samples,
+            input_samples,
+            leaf_samples,
+            slot_time,
+            time_by_label,
+            ..
+        } = self;
         let mut total = 0u64;
         let mut used = vec![false; namer.name_count()];
+        // Per name, its time on and off the CPU (a name counts once per stack).
+        let mut name_time = vec![[0u64; 2]; if weight == Weight::Time { namer.name_count() } else { 0 }];
         let mut stacks: Vec<(String, u64)> = slots
             .into_iter()
             .map(|(ids, slot)| {
                 let count = counts[slot as usize];
                 total += count;
                 let mut line = String::with_capacity(ids.len() * 24);
+                let time = slot_time.get(slot as usize).copied();
                 for (i, &id) in ids.iter().enumerate() {
                     if i > 0 {
                         line.push(';');
                     }
                     line.push_str(namer.name(id));
                     used[id as usize] = true;
+                    if let (Some(time), Some(total)) = (time, name_time.get_mut(id as usize)) {
+                        if !ids[..i].contains(&id) {
+                            total[0] += time[0];
+                            total[1] += time[1];
+                        }
+                    }
                 }
                 (line, count)
             })
@@ -202,6 +326,33 @@ impl Folder {
             .filter(|(_, &count)| count > 0)
             .map(|(id, &count)| (namer.name(id as u32).to_string(), count))
             .collect();
-        Folded { stacks, kinds, total, samples: folded_samples, input_samples, leaves, event: filter.event() }
+        let time_by_frame = time_by_label
+            .into_iter()
+            .map(|((name, state), (samples, weight))| TimeByFrame {
+                name: namer.name(name).to_string(),
+                state: match state {
+                    0 => None,
+                    1 => Some(OffCpuState::Blocked),
+                    _ => Some(OffCpuState::Runnable),
+                },
+                samples,
+                weight,
+            })
+            .collect();
+        let off_cpu_names = (0..name_time.len() as u32)
+            .filter(|&id| namer.kind(id).is_some() && name_time[id as usize][1] > name_time[id as usize][0])
+            .map(|id| namer.name(id).to_string())
+            .collect();
+        Folded {
+            stacks,
+            kinds,
+            total,
+            samples: folded_samples,
+            input_samples,
+            leaves,
+            time_by_frame,
+            off_cpu_names,
+            event: filter.event(),
+        }
     }
 }

@@ -13,8 +13,10 @@
 //! | `start_time` | when sampling started, RFC 3339 with offset |
 //! | `duration_secs` | seconds sampled |
 //! | `frequency_hz` | samples per second per CPU asked for |
-//! | `event` | the sampling event (`cpu-clock`) |
-//! | `samples` | samples recorded |
+//! | `mode` | what was measured: `cpu`, `offcpu` or `wall` (as `collect -mode`; postprocess writes what the recording holds) |
+//! | `event` | the sampling event (`cpu-clock`); events joined by `,` when there are several |
+//! | `samples` | samples recorded (switch-outs included) |
+//! | `switch_outs` | of those, switch-outs (`sched:sched_switch` samples), in the off-CPU modes |
 //! | `lost` | samples the kernel dropped |
 //! | `profcpu_version` | version of profcpu that recorded |
 //! | `trigger` | what started a `profcpu trap` collection: `cpu-above` or `cpu-below` (absent for `collect`) |
@@ -44,8 +46,11 @@ pub struct Metadata {
     pub start_time: Option<DateTime<FixedOffset>>,
     pub duration_secs: Option<f64>,
     pub frequency_hz: Option<u64>,
+    /// `cpu`, `offcpu`, `wall`; empty when unknown (a metadata.txt written before modes existed).
+    pub mode: String,
     pub event: String,
     pub samples: u64,
+    pub switch_outs: Option<u64>,
     pub lost: u64,
     pub profcpu_version: String,
     /// What started the collection, for one `profcpu trap` made.
@@ -183,8 +188,10 @@ impl Metadata {
                     })?)
                 }
                 "frequency_hz" => meta.frequency_hz = Some(number("samples per second")?),
+                "mode" => meta.mode = value,
                 "event" => meta.event = value,
                 "samples" => meta.samples = number("a count")?,
+                "switch_outs" => meta.switch_outs = Some(number("a count")?),
                 "lost" => meta.lost = number("a count")?,
                 "profcpu_version" => meta.profcpu_version = value,
                 "trigger" => trigger.condition = Some(value),
@@ -249,8 +256,14 @@ impl fmt::Display for Metadata {
         if let Some(freq) = self.frequency_hz {
             line("frequency_hz", &freq.to_string())?;
         }
+        if !self.mode.is_empty() {
+            line("mode", &self.mode)?;
+        }
         line("event", &self.event)?;
         line("samples", &self.samples.to_string())?;
+        if let Some(n) = self.switch_outs {
+            line("switch_outs", &n.to_string())?;
+        }
         line("lost", &self.lost.to_string())?;
         line("profcpu_version", &self.profcpu_version)?;
         if let Some(t) = &self.trigger {
@@ -308,15 +321,17 @@ mod tests {
             start_time: Some(DateTime::parse_from_rfc3339("2026-11-22T14:03:22.5+01:00").unwrap()),
             duration_secs: Some(10.25),
             frequency_hz: Some(99),
-            event: "cpu-clock".into(),
+            mode: "wall".into(),
+            event: "cpu-clock,sched:sched_switch".into(),
             samples: 2030,
+            switch_outs: Some(1000),
             lost: 3,
             profcpu_version: "0.1.0".into(),
             trigger: None,
             extra: vec![("future_key".into(), "a: b \\ c".into())],
         };
         let text = meta.to_string();
-        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 14, "{text}");
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 16, "{text}");
         assert_eq!(Metadata::parse(&text, "metadata.txt").unwrap(), meta);
         let trigger = Trigger {
             condition: "cpu-above".into(),

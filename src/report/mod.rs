@@ -46,4 +46,19 @@ pub enum Weight {
     Period,
     /// 1 per sample. perf_script.out then leaves the period out so that collapsing it counts samples too.
     Samples,
+    /// Microseconds, rounded: a clock sample's period (CPU time), a switch-out's time off the CPU (see
+    /// [`crate::symbolize::Measure`]). perf_script.out then shows that number in the period's place, so collapsing
+    /// it weights the same way. What off-CPU and wall-clock recordings are weighted by.
+    Time,
+}
+
+impl Weight {
+    /// What a sample adds to the count of its stack.
+    pub fn of(self, sample: &crate::symbolize::ResolvedSample) -> u64 {
+        match self {
+            Weight::Period => sample.period,
+            Weight::Samples => 1,
+            Weight::Time => sample.period.saturating_add(500) / 1000,
+        }
+    }
 }

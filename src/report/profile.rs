@@ -73,7 +73,8 @@ pub struct Profile {
 
 impl ProfileBuilder {
     pub fn new(opts: &ReportOptions) -> Self {
-        let fold_opts = FoldOptions { event: None, weight: opts.weight };
+        // Time-weighted profiles add their events up in one unit (a wall-clock profile: samples and switch-outs).
+        let fold_opts = FoldOptions { event: None, weight: opts.weight, all_events: opts.weight == Weight::Time };
         ProfileBuilder {
             viewer: Viewer::new(opts.view.clone()),
             script: ScriptWriter::new(&ScriptOptions { weight: opts.weight }),

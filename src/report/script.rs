@@ -9,8 +9,8 @@
 //! (blank line)
 //! ```
 //!
-//! Header: `comm pid/tid [cpu] seconds.microseconds: period event:` (the period only with [`Weight::Period`]),
-//! comm not padded, as perf prints it for samples with callchains. Then one line per frame, leaf first: tab,
+//! Header: `comm pid/tid [cpu] seconds.microseconds: period event:` (the period as [`Weight`] counts it: perf's
+//! period, or with [`Weight::Time`] the sample's time in µs; none with [`Weight::Samples`]), comm not padded, as perf prints it for samples with callchains. Then one line per frame, leaf first: tab,
 //! address, `label+0x<offset>`, `(module)`. JIT frames carry the module the symbolizer gives them (perf's
 //! `/tmp/perf-<pid>.map` for perf-map names). Frames without a symbol are printed with the label
 //! `module+0x<offset>` and a `+0x0` symbol offset, so that readers which strip perf's symbol offset keep our label
@@ -29,7 +29,8 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default)]
 pub struct ScriptOptions {
     /// [`Weight::Period`] prints each sample's period (as perf does), so inferno-collapse-perf weights stacks by
-    /// it; [`Weight::Samples`] leaves it out, so every sample counts 1.
+    /// it; [`Weight::Time`] prints its time in µs instead; [`Weight::Samples`] leaves it out, so every sample counts
+    /// 1.
     pub weight: Weight,
 }
 
@@ -177,13 +178,13 @@ impl ScriptWriter {
         push_decimal(out, micros, 6, Pad::Before(b'0'));
         cuts.cut(out, 0);
         out.extend_from_slice(b": ");
-        if self.weight == Weight::Period {
-            push_decimal(out, sample.period, 10, Pad::Before(b' '));
+        if self.weight != Weight::Samples {
+            push_decimal(out, self.weight.of(sample), 10, Pad::Before(b' '));
             out.push(b' ');
         }
         push_short(out, event.as_bytes());
         out.extend_from_slice(b":\n");
-        cuts.cut(out, span_key(KEY_HEADER_END, &[*event_id as u64, sample.period]));
+        cuts.cut(out, span_key(KEY_HEADER_END, &[*event_id as u64, self.weight.of(sample)]));
     }
 }
 

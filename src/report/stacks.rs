@@ -166,6 +166,15 @@ impl StackNamer {
         Root { id: self.intern(&root, None), java_thread }
     }
 
+    /// The innermost folded name of one of a sample's frames (a frame can fold into several names).
+    pub(crate) fn innermost_name(&mut self, frame: &Frame, root: Root) -> u32 {
+        let (start, len) = self.frame(frame, root.java_thread);
+        match len {
+            0 => root.id,
+            _ => self.frame_ids[(start + len - 1) as usize],
+        }
+    }
+
     fn frame(&mut self, frame: &Frame, java_thread: bool) -> (u32, u32) {
         let key = FrameKey {
             symbol: frame.symbol.as_ref().map(arc_identity).unwrap_or((0, 0)),
@@ -214,15 +223,27 @@ pub(crate) struct EventFilter {
     wanted: Option<String>,
     seen: FxHashMap<(usize, usize), bool>,
     keep: KeepAlive,
+    all: bool,
 }
 
 impl EventFilter {
     pub(crate) fn new(event: Option<&str>) -> Self {
         let wanted = event.map(|e| names::event_key(&names::script_event(e)).to_string());
-        EventFilter { wanted, seen: FxHashMap::default(), keep: KeepAlive::default() }
+        EventFilter { wanted, seen: FxHashMap::default(), keep: KeepAlive::default(), all: false }
+    }
+
+    /// Lets every event through; [`event`](Self::event) is then the first sample's.
+    pub(crate) fn all() -> Self {
+        EventFilter { all: true, ..EventFilter::new(None) }
     }
 
     pub(crate) fn matches(&mut self, sample: &ResolvedSample) -> bool {
+        if self.all {
+            if self.wanted.is_none() {
+                self.wanted = Some(names::event_key(&names::script_event(&sample.event)).to_string());
+            }
+            return true;
+        }
         if let Some(&m) = self.seen.get(&arc_identity(&sample.event)) {
             return m;
         }

@@ -19,6 +19,7 @@ mod jit_files;
 mod jitdump;
 mod kallsyms;
 mod name_limit;
+mod off_cpu;
 mod options;
 mod perf_map;
 mod proc_info;
@@ -35,6 +36,7 @@ mod symbols_dir;
 pub mod unwind;
 
 pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
+pub use off_cpu::Measure;
 pub use options::SymbolizeOptions;
 pub use symbolizer::{SymbolizeStats, Symbolizer};
 
@@ -85,6 +87,18 @@ pub struct Frame {
     pub kind: FrameKind,
 }
 
+/// How a thread left the CPU at a switch-out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OffCpuState {
+    /// Still runnable: preempted (or yielding), waiting for a CPU. Its stack ends in a `[runnable]` frame.
+    Runnable,
+    /// Blocked: sleeping, waiting on a lock, I/O, a futex.
+    Blocked,
+}
+
+/// The leaf frame of a runnable switch-out's stack.
+pub const RUNNABLE_FRAME: &str = "[runnable]";
+
 /// A sample with its stack resolved, leaf first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ResolvedSample {
@@ -93,7 +107,11 @@ pub struct ResolvedSample {
     pub cpu: u32,
     /// Nanoseconds on the recording clock (CLOCK_MONOTONIC for profcpu recordings).
     pub time: u64,
+    /// What the sample weighs: the event's period (nanoseconds of CPU for a clock event); for a switch-out, the
+    /// nanoseconds until the thread ran again.
     pub period: u64,
+    /// For a switch-out (off-CPU time): how the thread left the CPU.
+    pub off_cpu: Option<OffCpuState>,
     /// The thread's command name at the sample's time.
     pub comm: Arc<str>,
     /// Event name as perf prints it (`cpu-clock`).

@@ -6,11 +6,12 @@
 use super::address_space::{FileId, MapKind, Mapping, Processes};
 use super::dso::FileHit;
 use super::kallsyms::KERNEL_MODULE;
+use super::off_cpu::{IntervalPass, Intervals, SwitchOuts};
 use super::options::SymbolizeOptions;
 use super::sources::Sources;
 use super::symbols_dir::Usage;
 use super::unwind::{CfiFiles, CodeModule, LiveFile, ModuleSource, StackWalker, UnwindStats, UserRegs, WalkEnd};
-use super::{Frame, FrameKind, ResolvedSample, Stack};
+use super::{Frame, FrameKind, OffCpuState, ResolvedSample, Stack, RUNNABLE_FRAME};
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
 use crate::perf_data::abi::{REGS_ABI_64, REG_X86_BP, REG_X86_IP, REG_X86_SP};
@@ -41,6 +42,8 @@ pub struct SymbolizeStats {
     pub warnings: Vec<String>,
     /// How the samples' stack copies were unwound.
     pub unwind: UnwindStats,
+    /// Switch-outs handed on with their time off the CPU (see [`super::off_cpu`]).
+    pub switch_outs: u64,
 }
 
 /// What names every address of one code range: a resolved frame minus its address (what the cache stores;
@@ -69,8 +72,15 @@ impl RangeName {
 }
 
 /// A record to replay in time order, packed in 64 bits (a long recording has millions): a sample's offset in the
-/// data section, or with this bit set the index of another record.
+/// data section, or with this bit set the index of another record, or with both bits set a switch record (kept
+/// only while switch-outs are timed: see [`switch_entry`]).
 const REPLAY_RECORD: u64 = 1 << 63;
+const REPLAY_SWITCH: u64 = 1 << 62;
+
+/// A switch record as a timeline entry: the thread in the low 32 bits, leaving (bit 32), preempted (bit 33).
+fn switch_entry(tid: u32, out: bool, preempted: bool) -> u64 {
+    REPLAY_RECORD | REPLAY_SWITCH | (preempted as u64) << 33 | (out as u64) << 32 | tid as u64
+}
 
 /// How many replayed records apart the pages behind the replay are dropped.
 const RELEASE_EVERY: usize = 4096;
@@ -169,6 +179,7 @@ pub struct Symbolizer {
     unknown_module: Arc<str>,
     hidden_kernel: Arc<str>,
     unwind_stopped: Arc<str>,
+    runnable: Arc<str>,
     walker: StackWalker,
     cfi: CfiFiles,
     ignore_stack_copies: bool,
@@ -194,6 +205,7 @@ impl Symbolizer {
             unknown_module: Arc::from("[unknown]"),
             hidden_kernel: Arc::from("[kernel]"),
             unwind_stopped: Arc::from(UNWIND_STOPPED_NAME),
+            runnable: Arc::from(RUNNABLE_FRAME),
             walker: StackWalker::default(),
             cfi: CfiFiles::new(opts.captured_dir.as_ref()),
             ignore_stack_copies: opts.ignore_stack_copies,
@@ -241,8 +253,17 @@ impl Symbolizer {
             self.warn(format!("perf.data: {w}"));
         }
         let event_names: Vec<Arc<str>> = reader.events().iter().map(|e| super::name_limit::cap_arc(&e.name)).collect();
+        let switch_outs = SwitchOuts::of(reader);
+        if switch_outs.untimed() {
+            self.warn(
+                "the recording's sched:sched_switch samples cannot be timed: it has no context-switch records (record \
+                 with `profcpu collect -mode offcpu`, or `perf record --switch-events`); each counts as a sample"
+                    .to_string(),
+            );
+        }
+        let timing = switch_outs.measure() != super::Measure::OnCpu;
         // (time, what): samples by their offset in the data section (decoded again when replayed), other records
-        // by their index in `records`.
+        // by their index in `records`, switch records packed whole.
         let mut timeline: Vec<(u64, u64)> = Vec::new();
         let mut records: Vec<Record> = Vec::new();
         let mut last_time = 0u64;
@@ -258,9 +279,14 @@ impl Symbolizer {
                 released_to = offset;
             }
             match r {
-                Skimmed::Sample { time } => {
+                Skimmed::Sample { time, .. } => {
                     last_time = time;
                     timeline.push((time, offset));
+                }
+                Skimmed::Record(Record::Switch(w)) if timing => {
+                    if let (Some(time), Some(tid)) = (w.sample_id.time, w.sample_id.tid) {
+                        timeline.push((time, switch_entry(tid, w.out, w.preempt)));
+                    }
                 }
                 Skimmed::Record(r) => match &r {
                     Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
@@ -280,6 +306,10 @@ impl Symbolizer {
         self.stats.lost_samples = lost;
         // Stable: records with equal times keep their file order.
         timeline.sort_by_key(|(t, _)| *t);
+        let intervals = match timing {
+            true => off_cpu_intervals(reader, &timeline, &records, &switch_outs),
+            false => Intervals::default(),
+        };
         // The replay drops the pages behind it as it moves on (records are written about in time order, so the
         // lowest offset still to come keeps rising).
         if release {
@@ -300,20 +330,34 @@ impl Symbolizer {
             if release && i % RELEASE_EVERY == 0 {
                 reader.release_data_before(lowest_to_come[i / RELEASE_EVERY]);
             }
-            match replay & REPLAY_RECORD {
+            match replay & (REPLAY_RECORD | REPLAY_SWITCH) {
                 0 => {
-                    let Ok(Record::Sample(s)) = reader.record_at(replay) else {
+                    let Ok(Record::Sample(mut s)) = reader.record_at(replay) else {
                         // Located by the first pass, but its body does not decode.
                         read.records -= 1;
                         read.undecodable += 1;
                         continue;
                     };
-                    let ev = reader.event_of(s.id);
-                    let idx = reader.events().iter().position(|e| std::ptr::eq(e, ev)).unwrap_or(0);
-                    f(self.resolve(&s, event_names[idx].clone()))?;
+                    let event = reader.sample_formats().event_index(s.id);
+                    let mut off_cpu = None;
+                    if switch_outs.times(event) {
+                        // A switch-out weighs the time until its thread ran again; one without is left out.
+                        let Some(interval) = intervals.get(i) else { continue };
+                        off_cpu = Some(switch_outs.state(event, &s, interval));
+                        s.period = interval.end.saturating_sub(s.time);
+                        self.stats.switch_outs += 1;
+                    }
+                    f(self.resolve(&s, event_names[event].clone(), off_cpu))?;
                 }
-                _ => self.observe(&records[(replay & !REPLAY_RECORD) as usize]),
+                REPLAY_RECORD => self.observe(&records[(replay & !REPLAY_RECORD) as usize]),
+                _ => {}
             }
+        }
+        if intervals.unmatched > 0 {
+            tracing::info!(
+                "{} switch-outs had no switch-in to time them (lost records, or a thread's last) and were left out",
+                intervals.unmatched
+            );
         }
         // What only the replay needed goes now, before the stages that follow it take their memory.
         reader.release_data_before(u64::MAX);
@@ -383,8 +427,9 @@ impl Symbolizer {
         true
     }
 
-    /// Names one sample's frames, leaf first, context markers removed.
-    fn resolve(&mut self, s: &Sample, event: Arc<str>) -> ResolvedSample {
+    /// Names one sample's frames, leaf first, context markers removed; a runnable switch-out's stack ends in a
+    /// `[runnable]` frame.
+    fn resolve(&mut self, s: &Sample, event: Arc<str>, off_cpu: Option<OffCpuState>) -> ResolvedSample {
         let comm = self.processes.comm(s.pid, s.tid);
         let space = match self.processes.get(s.pid) {
             Some(p) => (p.space.id, p.space.generation),
@@ -396,7 +441,12 @@ impl Symbolizer {
         let callchain = if unwound { &chain[..] } else { &s.callchain[..] };
         let key = &mut self.stack_key;
         key.clear();
-        key.extend_from_slice(&[space.0, space.1, (s.misc & MISC_CPUMODE_MASK) as u64, s.ip]);
+        let state = match off_cpu {
+            None => 0,
+            Some(OffCpuState::Blocked) => 1,
+            Some(OffCpuState::Runnable) => 2,
+        };
+        key.extend_from_slice(&[space.0, space.1, (s.misc & MISC_CPUMODE_MASK) as u64 | state << 16, s.ip]);
         key.extend_from_slice(callchain);
         self.stack_lookups += 1;
         if self.stack_lookups == HIT_RATE_SAMPLES {
@@ -411,7 +461,12 @@ impl Symbolizer {
             }
             _ => {
                 let mut steady = 0..u64::MAX;
-                let frames = self.resolve_frames(s, callchain, &mut steady);
+                let mut frames = self.resolve_frames(s, callchain, &mut steady);
+                if off_cpu == Some(OffCpuState::Runnable) {
+                    let marker = Some(self.runnable.clone());
+                    let module = self.unknown_module.clone();
+                    frames.insert(0, Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown });
+                }
                 let counts = FrameCounts::of(&frames);
                 self.stats.count(&counts);
                 if self.stack_cache_frames + frames.len() > STACK_CACHE_FRAMES {
@@ -426,7 +481,17 @@ impl Symbolizer {
             }
         };
         self.unwound = chain;
-        ResolvedSample { pid: s.pid, tid: s.tid, cpu: s.cpu, time: s.time, period: s.period, comm, event, frames }
+        ResolvedSample {
+            pid: s.pid,
+            tid: s.tid,
+            cpu: s.cpu,
+            time: s.time,
+            period: s.period,
+            off_cpu,
+            comm,
+            event,
+            frames,
+        }
     }
 
     /// Names a sample's frames; narrows `steady` to the times at which the same chain gets the same names.
@@ -601,6 +666,37 @@ impl Symbolizer {
     fn warn(&mut self, msg: String) {
         self.sources.warnings.warn(msg);
     }
+}
+
+/// Each timed switch-out's interval: the switch records, thread exits and forks of the time-ordered `timeline`
+/// through [`IntervalPass`], keyed by the switch-out's place in the timeline.
+fn off_cpu_intervals(
+    reader: &PerfDataReader,
+    timeline: &[(u64, u64)],
+    records: &[Record],
+    switch_outs: &SwitchOuts,
+) -> Intervals {
+    let mut pass = IntervalPass::default();
+    let mut end = 0;
+    for (i, &(time, replay)) in timeline.iter().enumerate() {
+        end = end.max(time);
+        match replay & (REPLAY_RECORD | REPLAY_SWITCH) {
+            0 => {
+                if let Some((event, tid)) = reader.sample_event_and_tid(replay) {
+                    if switch_outs.times(event) {
+                        pass.switch_out(i, tid, time);
+                    }
+                }
+            }
+            REPLAY_RECORD => match &records[(replay & !REPLAY_RECORD) as usize] {
+                Record::Exit(t) => pass.exited(t.tid, time),
+                Record::Fork(t) => pass.forked(t.tid),
+                _ => {}
+            },
+            _ => pass.switched(replay as u32, replay & 1 << 32 != 0, replay & 1 << 33 != 0, time),
+        }
+    }
+    pass.finish(end)
 }
 
 /// The modules of one process's address space, as the stack walker asks for them: its file mappings with their

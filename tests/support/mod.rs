@@ -19,6 +19,7 @@
 //! | [`hostile`] | a hostile user (`nobody`) and container: planted links, swapped folders, renames in a race |
 //! | [`chromium`] | headless Chromium for the flame graph |
 //! | [`unwind`] | the C workload inside libc, how far stacks reach, perf script text by sample |
+//! | [`offcpu`] | time-weighted folded stacks, the C program with a known split of blocked time |
 #![allow(dead_code)]
 
 pub mod busy;
@@ -28,6 +29,7 @@ pub mod fixtures;
 pub mod golden;
 pub mod hostile;
 pub mod inferno;
+pub mod offcpu;
 pub mod perf;
 pub mod podman;
 pub mod profcpu;

@@ -90,7 +90,9 @@ pub fn postprocess_ok(dir: &Path, extra: &[&str]) -> PostprocessRun {
     args.extend_from_slice(extra);
     let run = postprocess(&args);
     assert!(run.ok(), "postprocess {args:?} failed:\n{}", run.stderr);
-    assert!(run.stderr.contains("Hottest frames by self time") || run.stderr.contains("No samples with a stack"));
+    let tables =
+        ["Hottest frames by self time", "Where the threads waited", "Where the time went", "No samples with a stack"];
+    assert!(tables.iter().any(|t| run.stderr.contains(t)), "no table:\n{}", run.stderr);
     assert!(!run.stdout.trim().is_empty(), "no output folder printed");
     run
 }

@@ -270,6 +270,8 @@ impl Drop for Api {
 pub struct LoadResult {
     pub requests: u64,
     pub errors: u64,
+    /// The mean time a request took, as the load generator measured it.
+    pub latency_ms: f64,
 }
 
 /// `examples/webapi/load.sh ROUTE SECONDS CONNS` against an API, running in the background. Killed when dropped.
@@ -300,7 +302,7 @@ impl Load {
         let field = |name: &str| {
             stdout
                 .split_whitespace()
-                .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse::<u64>().ok())
+                .find_map(|w| w.strip_prefix(name)?.strip_prefix('=')?.parse::<f64>().ok())
                 .unwrap_or_else(|| {
                     panic!(
                         "load.sh {} printed no {name}= ({}):\n{stdout}{}",
@@ -310,7 +312,11 @@ impl Load {
                     )
                 })
         };
-        LoadResult { requests: field("requests"), errors: field("errors") }
+        LoadResult {
+            requests: field("requests") as u64,
+            errors: field("errors") as u64,
+            latency_ms: field("latency_ms"),
+        }
     }
 }
 

@@ -25,8 +25,8 @@ use crate::report::metadata_txt::Metadata;
 use crate::report::profile::{Profile, RecordingFacts, ReportOptions};
 use crate::report::top::{self, TopFrames};
 use crate::report::view::View;
-use crate::report::{self};
-use crate::symbolize::{SymbolizeOptions, SymbolizeStats, Symbolizer};
+use crate::report::{self, Weight};
+use crate::symbolize::{Measure, SymbolizeOptions, SymbolizeStats, Symbolizer};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
@@ -92,6 +92,13 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         }
     }
     let mut symbolizer = Symbolizer::new(&req.symbolize)?;
+    // What the recording measured decides how samples weigh, whatever the caller asked for: off-CPU and wall-clock
+    // recordings are weighted in time.
+    let measure = Measure::of(&reader);
+    let mut report_opts = req.report;
+    if measure != Measure::OnCpu {
+        report_opts.weight = Weight::Time;
+    }
 
     // An abort (a second Ctrl+C while the outputs are written) removes it, so no half-made outputs stay behind.
     let staging = crate::interrupt::remove_on_abort(&dir.shown(Staging::name()), || Staging::create(dir))?;
@@ -158,7 +165,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         })?;
         let compressor =
             spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive))?;
-        let mut sink = SampleSink::new(&req.report, to_writer, recycled);
+        let mut sink = SampleSink::new(&report_opts, to_writer, recycled);
         // The symbolizer reports the reader's warnings (with everything else it finds).
         let started = Instant::now();
         let stats = symbolizer.for_each_sample(&reader, |s| sink.take(s));
@@ -178,7 +185,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         Ok((streamed?, stats, archive, script_len, inputs_segments))
     })?;
     let Profile { folded, threads, facts, shown } = streamed;
-    let view = &req.report.view;
+    let view = &report_opts.view;
     if shown == 0 && facts.samples > 0 && (view.pid.is_some() || view.tid.is_some()) {
         bail!("{}", nothing_selected(view, &facts));
     }
@@ -188,9 +195,13 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         MetadataSource::FromRecording => metadata_from_recording(&reader, &facts, &stats),
     };
     if meta.event.is_empty() {
-        meta.event = reader.events()[0].name.clone();
+        meta.event = reader.events().iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(",");
     }
-    let mut flame = FlameOptions::for_profile(&meta, req.report.weight);
+    meta.mode = measure.name().to_string();
+    if measure != Measure::OnCpu && meta.switch_outs.is_none() {
+        meta.switch_outs = Some(stats.switch_outs);
+    }
+    let mut flame = FlameOptions::for_profile(&meta, report_opts.weight);
     if let Some(title) = req.title {
         flame.title = title;
     }
@@ -429,7 +440,7 @@ fn metadata_from_recording(reader: &PerfDataReader, facts: &RecordingFacts, stat
             _ => None,
         },
         frequency_hz: attr.is_freq().then(|| attr.sample_freq_or_period()),
-        event: reader.events()[0].name.clone(),
+        event: reader.events().iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(","),
         samples: facts.samples,
         lost: stats.lost_samples,
         ..Metadata::default()

@@ -201,6 +201,7 @@ mod tests {
                 cpu: next(2) as u32,
                 time: 1_000_000_000 + i * 1_000_123,
                 period: 1_000_000,
+                off_cpu: None,
                 comm: comm.clone(),
                 event: event.clone(),
                 // Some stacks come unshared (the symbolizer's cache stopped paying): no ids for their rests.
