@@ -446,13 +446,13 @@ mod tests {
         assert!(me.thread_ids().unwrap().contains(&std::process::id()));
         assert!(!me.cmdline().is_empty());
         assert!(me.start_time().unwrap() > 0);
-        // Burn CPU until the process's time has moved by 30 ms (in whole ticks), however busy the machine is.
+        // Burn CPU until the process's time has moved by 30 ms (in whole ticks), however busy the machine is. (No
+        // lower bound on the wall time it takes: the other test threads of this process count as well.)
         let before = me.cpu_time().unwrap();
         let spin = std::time::Instant::now();
         while me.cpu_time().unwrap() < before + Duration::from_millis(30) {
             assert!(spin.elapsed() < Duration::from_secs(10), "no CPU time counted in 10 s of spinning");
         }
-        assert!(spin.elapsed() >= Duration::from_millis(20), "30 ms of CPU time in {:?}", spin.elapsed());
         assert!(me.cgroups().unwrap().lines().any(|l| l.starts_with("0::") || l.contains(':')));
         assert!(me.mountinfo().unwrap().contains(" / "));
         assert!(!me.is_exited());

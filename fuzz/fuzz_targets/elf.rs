@@ -31,7 +31,7 @@ fuzz_target!(|data: &[u8]| {
     let roots = SearchRoots { target_root: None, host: false, extra: vec![workdir.path()] };
     let symbols = load_dso(file.try_clone().expect("dup"), "/bin/x", &roots, None);
     let DsoSymbols::Elf { table, .. } = &symbols else { return };
-    let mut probes: Vec<u64> = table.iter().take(256).flat_map(|r| [r.start, r.end.saturating_sub(1)]).collect();
+    let mut probes: Vec<u64> = table.iter().take(256).flat_map(|(start, end, _)| [start, end.saturating_sub(1)]).collect();
     // Offsets no symbol covers reach the function bounds of `.eh_frame` (read on first use).
     probes.extend((0..binary.len() as u64).step_by(61).take(256));
     for offset in probes {
