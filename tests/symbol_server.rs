@@ -3,15 +3,14 @@
 //! libcoreclr.so, which still has its symbols) served in the SSQP and debuginfod layouts; wrong build-ids, 404s,
 //! oversized bodies, redirects and a server that never answers.
 
-use object::{Object, ObjectSymbol};
+mod support;
+
 use profcpu::symbolize::symbol_server::SymbolServers;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use support::symbol_server::{build_id_of, function_names, hex, publish, run, split, Serve, Server, Split};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -41,47 +40,6 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?} (scripts/setup-deps.sh installs it): {e}"));
-    assert!(out.status.success(), "{cmd:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A binary split the way distributions and Microsoft ship it: the stripped binary and its debug file.
-struct Split {
-    stripped: PathBuf,
-    debug: PathBuf,
-    build_id: Vec<u8>,
-}
-
-fn build_id_of(path: &Path) -> Vec<u8> {
-    let data = std::fs::read(path).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    file.build_id().unwrap().unwrap_or_else(|| panic!("{} has no build-id", path.display())).to_vec()
-}
-
-fn function_names(path: &Path) -> Vec<String> {
-    let data = std::fs::read(path).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    file.symbols()
-        .filter(|s| s.kind() == object::SymbolKind::Text)
-        .filter_map(|s| s.name().ok().map(String::from))
-        .collect()
-}
-
-fn split(binary: &Path, dir: &Path) -> Split {
-    let name = binary.file_name().unwrap().to_str().unwrap();
-    let (stripped, debug) = (dir.join(name), dir.join(format!("{name}.dbg")));
-    if binary != stripped {
-        std::fs::copy(binary, &stripped).unwrap();
-    }
-    run(Command::new("objcopy").arg("--only-keep-debug").arg(&stripped).arg(&debug));
-    run(Command::new("strip").arg("--strip-all").arg(&stripped));
-    let build_id = build_id_of(&stripped);
-    assert_eq!(build_id_of(&debug), build_id);
-    assert!(function_names(&stripped).is_empty(), "strip left symbols in {}", stripped.display());
-    Split { stripped, debug, build_id }
-}
-
 /// A C program compiled here (`variant` changes its code and so its build-id), split.
 fn c_program(variant: u32) -> &'static Split {
     static BUILT: OnceLock<Mutex<Vec<(u32, &'static Split)>>> = OnceLock::new();
@@ -105,151 +63,6 @@ fn c_program(variant: u32) -> &'static Split {
     let split: &'static Split = Box::leak(Box::new(split(&binary, &dir)));
     built.push((variant, split));
     split
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Places `debug` in `tree` where a server of `layout` serves the debug file for `build_id`.
-fn publish(tree: &Path, layout: &str, build_id: &[u8], debug: &Path) {
-    let relative = match layout {
-        "ssqp" => {
-            let mut padded = build_id.to_vec();
-            padded.resize(padded.len().max(20), 0);
-            format!("_.debug/elf-buildid-sym-{}/_.debug", hex(&padded))
-        }
-        "debuginfod" => format!("buildid/{}/debuginfo", hex(build_id)),
-        other => panic!("unknown layout {other}"),
-    };
-    let path = tree.join(relative);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::copy(debug, path).unwrap();
-}
-
-#[derive(Clone)]
-enum Serve {
-    /// Files under a directory; 404 for anything else.
-    Tree(PathBuf),
-    /// `bytes` bytes of body for every request, announced in Content-Length or not.
-    Huge { bytes: u64, announce: bool },
-    /// Accepts, never answers.
-    Silent,
-    /// 302 to the same path on another server.
-    Redirect(String),
-}
-
-/// An HTTP/1.1 server on 127.0.0.1 (one connection at a time, `Connection: close`), logging request paths.
-struct Server {
-    url: String,
-    requests: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Server {
-    fn start(serve: Serve) -> Server {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-        let (requests, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
-        let (requests2, stop2) = (requests.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut held = Vec::new();
-            while !stop2.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        stream.set_nonblocking(false).unwrap();
-                        if let Some(stream) = respond(stream, &serve, &requests2) {
-                            held.push(stream);
-                        }
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Server { url, requests, stop, thread: Some(thread) }
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn respond(mut stream: TcpStream, serve: &Serve, log: &Mutex<Vec<String>>) -> Option<TcpStream> {
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    // Tells a TLS ClientHello (record type 0x16) from HTTP without waiting for a line that may never come.
-    let mut first = [0u8; 1];
-    stream.read_exact(&mut first).ok()?;
-    if first[0] != b'G' {
-        log.lock().unwrap().push(format!("non-HTTP first byte {:#04x}", first[0]));
-        return None;
-    }
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut request_line = String::from("G");
-    reader.read_line(&mut request_line).ok()?;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).ok()? == 0 || header == "\r\n" {
-            break;
-        }
-    }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
-    log.lock().unwrap().push(path.clone());
-    match serve {
-        Serve::Silent => return Some(stream),
-        Serve::Tree(root) => {
-            let file = root.join(path.trim_start_matches('/'));
-            match (path.contains(".."), std::fs::read(&file)) {
-                (false, Ok(body)) => {
-                    let head =
-                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-                    let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(&body));
-                }
-                _ => {
-                    let _ =
-                        stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                }
-            }
-        }
-        Serve::Huge { bytes, announce } => {
-            let length = if *announce { format!("Content-Length: {bytes}\r\n") } else { String::new() };
-            let head = format!("HTTP/1.1 200 OK\r\n{length}Connection: close\r\n\r\n");
-            if stream.write_all(head.as_bytes()).is_ok() {
-                // An ELF magic first, so only the size can be the reason for refusing it.
-                let mut chunk = vec![0u8; 64 << 10];
-                chunk[..4].copy_from_slice(b"\x7fELF");
-                let mut sent = 0;
-                while sent < *bytes {
-                    let n = chunk.len().min((*bytes - sent) as usize);
-                    if stream.write_all(&chunk[..n]).is_err() {
-                        break;
-                    }
-                    sent += n as u64;
-                    chunk[..4].fill(0);
-                }
-            }
-        }
-        Serve::Redirect(to) => {
-            let head =
-                format!("HTTP/1.1 302 Found\r\nLocation: {to}{path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-            let _ = stream.write_all(head.as_bytes());
-        }
-    }
-    let _ = stream.flush();
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    // Drain what the client still sends so the close is orderly.
-    let _ = stream.read(&mut [0u8; 16]);
-    None
 }
 
 fn servers(urls: &[&str], cache: &Path) -> SymbolServers {
@@ -352,10 +165,16 @@ fn missing_files_are_none_and_not_asked_again() {
     let server = Server::start(Serve::Tree(dir.join("tree")));
     let symbols = servers(&[&server.url], &dir.join("cache"));
     assert_eq!(symbols.fetch_debug_file(&program.build_id, "probe").unwrap(), None);
-    assert!(symbols.take_notices().is_empty(), "a 404 is not worth a warning");
+    // The user asked for it: one line says that no server has it.
+    let notices = symbols.take_notices();
+    assert!(
+        notices.len() == 1 && notices[0].contains(&hex(&program.build_id)) && notices[0].contains(&server.url),
+        "{notices:?}"
+    );
     assert_eq!(server.requests().len(), 2);
     assert_eq!(symbols.fetch_debug_file(&program.build_id, "probe").unwrap(), None);
     assert_eq!(server.requests().len(), 2, "a known miss was asked for again");
+    assert!(symbols.take_notices().is_empty(), "a known miss was reported again");
 }
 
 #[test]

@@ -9,14 +9,17 @@ use super::pipeline::{self, MetadataSource, OutputRequest};
 use crate::cli::{CollectArgs, CollectOptions};
 use crate::fs::Dir;
 use crate::perf_data::{PerfDataReader, Record};
+use crate::record::jit_names::{self, JitNames};
 use crate::record::{self, EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::Metadata;
 use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
 use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
 use std::io::{ErrorKind, IsTerminal};
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How many same-second runs get a `-2`, `-3`, … suffix before giving up.
@@ -38,14 +41,20 @@ pub fn run(args: CollectArgs) -> Result<()> {
 /// One whole collection of `target` as `options` say: records, saves what naming needs, writes every output, and
 /// returns the run folder. Commands that collect (collect, trap) all come through here.
 pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
-    // A wrong PID must not leave an empty run folder behind.
+    // A wrong PID or symbol server must not leave an empty run folder behind.
     record::check_target(&target)?;
+    let symbol_servers = super::symbol_servers(&options.symbols)?;
     let (base, run_name, run_dir) = create_run_dir(&options.output, chrono::Local::now())?;
     let duration = Duration::from_secs_f64(options.duration);
     let symbol_opts = SymbolizeOptions {
         debug_roots: options.symbols.symbols.clone(),
         force_maps: options.symbols.force_maps,
+        symbol_servers,
         ..SymbolizeOptions::live()
+    };
+    let command_env = match (&target, options.no_ipc) {
+        (Target::Command(_), false) => jit_names::command_environment(),
+        _ => Vec::new(),
     };
     let capture = match &target {
         Target::All => Some(Capture::new_all(&run_dir, &symbol_opts)?),
@@ -60,10 +69,14 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
         capture,
         symbol_opts: symbol_opts.clone(),
         target_info: None,
+        jit_names: if options.no_ipc { JitNamesState::LeftAlone } else { JitNamesState::NotYet },
+        command_env_set: !command_env.is_empty(),
+        command_pids: BTreeSet::new(),
     };
 
     let opts = RecordOptions {
         target,
+        command_env,
         duration: Some(duration),
         frequency: options.freq,
         event: options.event,
@@ -73,7 +86,21 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
         perf_data: pipeline::PERF_DATA_FILE.to_string(),
         progress: std::io::stderr().is_terminal(),
     };
-    let summary = match record::record(&opts, &mut observer) {
+    let recorded = record::record(&opts, &mut observer);
+    // Sampling is over: the runtimes this run switched perf maps on in stop writing, the capture copies what they
+    // wrote, then the files they wrote because of this run go (a run that failed switches off as well).
+    let mut jit_names = observer.jit_names.take();
+    if let Some(names) = &mut jit_names {
+        names.switch_off();
+    }
+    if let Some(c) = &mut observer.capture {
+        c.poll();
+    }
+    if let Some(names) = &mut jit_names {
+        names.remove_files();
+        names.remove_command_files(&observer.command_pids);
+    }
+    let summary = match recorded {
         Ok(summary) => summary,
         Err(e) => {
             // Removes what this run created (an empty symbols/ folder at most) and the run folder itself.
@@ -85,18 +112,18 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
         }
     };
     eprintln!("{}", summary_line(&summary));
-    after_recording(&run_dir, &summary, observer.capture.take(), observer.target_info.as_ref())?;
+    let jit_names = match (&observer.jit_names, &jit_names) {
+        (JitNamesState::LeftAlone, _) => "left alone (-no-ipc)".to_string(),
+        (_, names) => names.as_ref().and_then(JitNames::describe).unwrap_or_default(),
+    };
+    let metadata = Metadata { jit_names, ..metadata_of(&summary, observer.target_info.as_ref()) };
+    after_recording(&run_dir, metadata, observer.capture.take())?;
     Ok(run_dir.path().to_path_buf())
 }
 
 /// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
 /// copy — exactly what `postprocess` will do later — and write the reports and the archive.
-fn after_recording(
-    run_dir: &Dir,
-    summary: &RecordSummary,
-    capture: Option<Capture>,
-    target: Option<&ProcessInfo>,
-) -> Result<()> {
+fn after_recording(run_dir: &Dir, metadata: Metadata, capture: Option<Capture>) -> Result<()> {
     let recording = pipeline::open_recording(run_dir)?;
     if let Some(capture) = capture {
         let reader = PerfDataReader::from_file(&recording, &run_dir.shown(pipeline::PERF_DATA_FILE))?;
@@ -114,7 +141,6 @@ fn after_recording(
         run_dir.open_dir(SYMBOLS_DIR).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display()));
     // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
     // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
-    let metadata = metadata_of(summary, target);
     run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
     let what = if captured.is_ok() { "perf.data, symbols/ and metadata.txt" } else { "perf.data and metadata.txt" };
     let shown = run_dir.path().display();
@@ -153,6 +179,38 @@ fn metadata_of(s: &RecordSummary, target: Option<&ProcessInfo>) -> Metadata {
     }
 }
 
+/// The .NET perf maps of the run: switched on by a thread while sampling runs (a runtime that does not answer must
+/// not stall the draining of the ring buffers), then handed back when sampling is over.
+enum JitNamesState {
+    /// Sampling has not begun.
+    NotYet,
+    Switching(JoinHandle<JitNames>),
+    Ready(JitNames),
+    /// `-no-ipc`.
+    LeftAlone,
+}
+
+impl JitNamesState {
+    /// The decisions, once the thread has finished (its IPC waits are bounded by their timeouts).
+    fn take(&mut self) -> Option<JitNames> {
+        match std::mem::replace(self, JitNamesState::NotYet) {
+            JitNamesState::Switching(thread) => match thread.join() {
+                Ok(names) => Some(names),
+                Err(_) => {
+                    tracing::warn!("switching .NET perf maps on failed unexpectedly; see the log above");
+                    None
+                }
+            },
+            JitNamesState::Ready(names) => Some(names),
+            JitNamesState::LeftAlone => {
+                *self = JitNamesState::LeftAlone;
+                None
+            }
+            JitNamesState::NotYet => None,
+        }
+    }
+}
+
 /// Sees the recording as it happens. Later stages hook in here to copy what vanishes with the target (a JIT's perf
 /// map or jitdump) while it is still alive.
 struct CollectObserver {
@@ -163,6 +221,11 @@ struct CollectObserver {
     symbol_opts: SymbolizeOptions,
     /// Read when sampling starts: the target may be gone by the end.
     target_info: Option<ProcessInfo>,
+    jit_names: JitNamesState,
+    /// A launched command got perf map variables from profcpu.
+    command_env_set: bool,
+    /// The launched command and the processes it forked (they inherit its environment).
+    command_pids: BTreeSet<u32>,
 }
 
 impl RecordObserver for CollectObserver {
@@ -174,6 +237,24 @@ impl RecordObserver for CollectObserver {
                 Ok(c) => self.capture = Some(c),
                 Err(e) => tracing::warn!("JIT names of the command will not be saved: {e:#}"),
             }
+        }
+        if matches!(self.jit_names, JitNamesState::NotYet) {
+            self.jit_names = match (&self.target, target_pid) {
+                (Target::Command(_), Some(pid)) => {
+                    self.command_pids.insert(pid);
+                    match self.command_env_set {
+                        true => JitNamesState::Ready(JitNames::set_in_environment(pid)),
+                        false => JitNamesState::NotYet,
+                    }
+                }
+                (Target::Pid(pid), _) => switch_on_in_background(vec![*pid], false),
+                (Target::All, _) => {
+                    let me = std::process::id();
+                    let pids = crate::procfs::all_pids().unwrap_or_default().into_iter().filter(|&p| p != me);
+                    switch_on_in_background(pids.collect(), true)
+                }
+                _ => JitNamesState::NotYet,
+            };
         }
         let line = format!(
             "{} into {}",
@@ -187,10 +268,28 @@ impl RecordObserver for CollectObserver {
         if let Some(c) = &mut self.capture {
             c.observe(record);
         }
+        if let Record::Fork(t) = record {
+            if self.command_env_set && t.pid != t.ppid && self.command_pids.contains(&t.ppid) {
+                self.command_pids.insert(t.pid);
+            }
+        }
     }
     fn on_tick(&mut self) {
         if let Some(c) = &mut self.capture {
             c.poll();
+        }
+    }
+}
+
+fn switch_on_in_background(pids: Vec<u32>, every_process: bool) -> JitNamesState {
+    let thread = std::thread::Builder::new()
+        .name("perf-maps-on".into())
+        .spawn(move || JitNames::switch_on(&pids, every_process));
+    match thread {
+        Ok(thread) => JitNamesState::Switching(thread),
+        Err(e) => {
+            tracing::warn!("cannot start a thread to switch .NET perf maps on ({e}): JIT code may stay unnamed");
+            JitNamesState::NotYet
         }
     }
 }

@@ -16,6 +16,7 @@
 //! | `event` | the sampling event (`cpu-clock`) |
 //! | `samples` | samples recorded |
 //! | `lost` | samples the kernel dropped |
+//! | `jit_names` | where each .NET process's JIT names came from: `PID N: perf map on already (…)`, `… switched on over the .NET diagnostics IPC for the run, off again after`, `… set in its environment by profcpu`, `none: <why and how to get them>`, or `left alone (-no-ipc)`; entries joined by `; ` |
 //! | `profcpu_version` | version of profcpu that recorded |
 //!
 //! Absent values are left out. Unknown keys are kept (in [`Metadata::extra`]) and written back.
@@ -38,6 +39,8 @@ pub struct Metadata {
     pub event: String,
     pub samples: u64,
     pub lost: u64,
+    /// Where JIT names came from (see the table above); empty when no .NET process was met.
+    pub jit_names: String,
     pub profcpu_version: String,
     /// Keys this version does not know, in file order.
     pub extra: Vec<(String, String)>,
@@ -94,6 +97,7 @@ impl Metadata {
                 "event" => meta.event = value,
                 "samples" => meta.samples = number("a count")?,
                 "lost" => meta.lost = number("a count")?,
+                "jit_names" => meta.jit_names = value,
                 "profcpu_version" => meta.profcpu_version = value,
                 _ => meta.extra.push((key.to_string(), value)),
             }
@@ -146,6 +150,9 @@ impl fmt::Display for Metadata {
         line("event", &self.event)?;
         line("samples", &self.samples.to_string())?;
         line("lost", &self.lost.to_string())?;
+        if !self.jit_names.is_empty() {
+            line("jit_names", &self.jit_names)?;
+        }
         line("profcpu_version", &self.profcpu_version)?;
         for (key, value) in &self.extra {
             line(key, value)?;
@@ -195,11 +202,13 @@ mod tests {
             event: "cpu-clock".into(),
             samples: 2030,
             lost: 3,
+            jit_names: "PID 4242: perf map switched on over the .NET diagnostics IPC for the run, off again after"
+                .into(),
             profcpu_version: "0.1.0".into(),
             extra: vec![("future_key".into(), "a: b \\ c".into())],
         };
         let text = meta.to_string();
-        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 14, "{text}");
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 15, "{text}");
         assert_eq!(Metadata::parse(&text, "metadata.txt").unwrap(), meta);
         assert_eq!(meta.command_line, "dotnet App.dll --name 'it'\\''s a\nline'");
     }

@@ -245,7 +245,12 @@ impl Sources {
             },
             _ => None,
         };
-        let roots = SearchRoots { target_root: root.clone(), host: true, extra: self.opts.debug_roots.clone() };
+        let roots = SearchRoots {
+            target_root: root.clone(),
+            host: true,
+            extra: self.opts.debug_roots.clone(),
+            servers: self.opts.symbol_servers.clone(),
+        };
         // A copy of the handle: the unwinder may need the same file.
         let preopened = self.preopened.get(&*m.file).and_then(|f| f.try_clone().ok());
         let opened_early = preopened.is_some();
@@ -303,7 +308,12 @@ impl Sources {
         let image = super::elf::ElfImage::read(&file).ok()??;
         let info = super::elf::inspect(image.bytes()).ok()?;
         let root = self.live_process(pid, processes).as_ref().and_then(container_root);
-        let roots = SearchRoots { target_root: root, host: true, extra: self.opts.debug_roots.clone() };
+        let roots = SearchRoots {
+            target_root: root,
+            host: true,
+            extra: self.opts.debug_roots.clone(),
+            servers: self.opts.symbol_servers.clone(),
+        };
         let found = super::debug_search::find_debug_file(&m.file.path, &info, &roots, &mut Default::default())?;
         let debug = object::File::parse(found.data.bytes()).ok()?;
         let data = debug.section_by_name(".debug_frame")?.data().ok()?;
