@@ -18,7 +18,7 @@ mod support;
 use support::dotnet::Dotnet;
 use support::running_app::exclusive;
 use support::scratch::Scratch;
-use support::symbol_server::{build_id_of, hex, publish, Serve, Server};
+use support::symbol_server::{build_id_of, function_starts, hex, publish, Serve, Server};
 use support::webapi::{
     archive_listing, collect_args, files_under, namespace_of, prepared, run_collect, Api, Load, Profile, COMPILED_LATE,
     OUTPUT_FILES,
@@ -390,35 +390,6 @@ fn stripped_runtime(work: &Scratch) -> (PathBuf, PathBuf, PathBuf) {
         "the stripped libcoreclr.so still exports the names this test looks for; the test proves nothing"
     );
     (copy, lib, debug)
-}
-
-/// File offsets at which the functions of `lib` start, from its `.eh_frame` as binutils reads it (FDE `pc=`
-/// ranges, converted from addresses with the load segments `readelf -l` lists).
-fn function_starts(lib: &Path) -> BTreeSet<u64> {
-    let run = |args: &[&str]| {
-        let out = Command::new("readelf").args(args).arg(lib).output().expect("cannot run readelf (binutils)");
-        assert!(out.status.success(), "readelf {args:?} failed");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
-    // LOAD  offset  vaddr  paddr  filesz  memsz  flags  align
-    let loads: Vec<(u64, u64, u64)> = run(&["-lW"])
-        .lines()
-        .filter(|l| l.trim_start().starts_with("LOAD"))
-        .map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (hex(f[1]), hex(f[2]), hex(f[5]))
-        })
-        .collect();
-    run(&["--debug-dump=frames"])
-        .lines()
-        .filter(|l| l.contains(" FDE ") && l.contains("pc="))
-        .filter_map(|l| {
-            let vaddr = hex(l.split("pc=").nth(1)?.split("..").next()?);
-            let (offset, start, _) = loads.iter().find(|(_, v, size)| (*v..v + size).contains(&vaddr))?;
-            Some(vaddr - start + offset)
-        })
-        .collect()
 }
 
 /// The runtime as Microsoft ships it (libcoreclr.so stripped) and a symbol server on 127.0.0.1 holding its debug

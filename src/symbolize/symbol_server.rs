@@ -105,7 +105,7 @@ impl std::fmt::Debug for SymbolServers {
 enum Miss {
     /// 404/410: the server does not have it (not worth a warning).
     NotThere,
-    /// Anything else; the server is still asked for other files.
+    /// Anything else; the server is still asked for other files (not for this one in another layout).
     Failed(String),
     /// Connection or timeout trouble: the server is not asked again.
     Unreachable(String),
@@ -231,12 +231,17 @@ impl SymbolServers {
                                 "{} answered {url} for {file_name} (build-id {id}) with a file that was discarded: {why}",
                                 server.url
                             ));
+                            // A server that serves a wrong file is not asked again for this one in another layout.
+                            break;
                         }
                     },
                     Err(Miss::NotThere) => {
                         tracing::debug!("{file_name} (build-id {id}) is not on {} ({url})", server.url)
                     }
-                    Err(Miss::Failed(why)) => self.notice(format!("{url}: {why}")),
+                    Err(Miss::Failed(why)) => {
+                        self.notice(format!("{url} for {file_name}: {why}"));
+                        break;
+                    }
                     Err(Miss::Unreachable(why)) => {
                         self.notice(format!("{}: {why}; not asking it again in this run", server.url));
                         self.down.lock().unwrap_or_else(|e| e.into_inner()).insert(index);

@@ -3,6 +3,7 @@
 //! of the library and through the `profcpu` binary.
 
 use object::{Object, ObjectSymbol};
+use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -196,3 +197,48 @@ fn respond(mut stream: TcpStream, serve: &Serve, log: &Mutex<Vec<String>>) -> Op
     let _ = stream.read(&mut [0u8; 16]);
     None
 }
+
+/// File offsets at which the functions of `lib` start, from its `.eh_frame` as binutils reads it (FDE `pc=`
+/// ranges, converted from addresses with its load segments).
+pub fn function_starts(lib: &Path) -> BTreeSet<u64> {
+    readelf(lib, &["--debug-dump=frames"])
+        .lines()
+        .filter(|l| l.contains(" FDE ") && l.contains("pc="))
+        .filter_map(|l| file_offset(lib, parse_hex(l.split("pc=").nth(1)?.split("..").next()?)))
+        .collect()
+}
+
+/// The file offset of address `vaddr` of `binary`, from the load segments `readelf -l` lists.
+pub fn file_offset(binary: &Path, vaddr: u64) -> Option<u64> {
+    // LOAD  offset  vaddr  paddr  filesz  memsz  flags  align
+    readelf(binary, &["-lW"])
+        .lines()
+        .filter(|l| l.trim_start().starts_with("LOAD"))
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (parse_hex(f[1]), parse_hex(f[2]), parse_hex(f[5]))
+        })
+        .find(|(_, start, size)| (*start..start + size).contains(&vaddr))
+        .map(|(offset, start, _)| vaddr - start + offset)
+}
+
+/// The address of the function symbol `name` in an ELF file's symbol table (`nm`).
+pub fn symbol_address(file: &Path, name: &str) -> Option<u64> {
+    let out = Command::new("nm").arg(file).output().expect("cannot run nm (binutils)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() == 3 && f[2] == name).then(|| parse_hex(f[0]))
+    })
+}
+
+fn readelf(file: &Path, args: &[&str]) -> String {
+    let out = Command::new("readelf").args(args).arg(file).output().expect("cannot run readelf (binutils)");
+    assert!(out.status.success(), "readelf {args:?} {} failed", file.display());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn parse_hex(s: &str) -> u64 {
+    u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("not hex: {s:?}"))
+}
+
