@@ -9,9 +9,6 @@ mod support;
 
 use profcpu::record::dotnet_ipc::{AlreadyOn, DotnetRuntime, IpcError, Lookup, PerfMapType};
 use profcpu::symbolize::parsers::JitDump;
-use support::profcpu::{collect, finish_collect, Collected};
-use support::scratch::Scratch;
-use support::webapi::OUTPUT_FILES;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
@@ -21,6 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use support::profcpu::{collect, finish_collect, Collected};
+use support::scratch::Scratch;
+use support::webapi::OUTPUT_FILES;
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -821,7 +821,8 @@ fn collect_past_a_socket_that_is_not_a_runtime_says_so_in_one_line() {
 /// line each saying how to get names; nothing is written into their /tmp.
 #[test]
 fn collect_on_runtimes_that_cannot_switch_says_how_to_get_names() {
-    let cases: [(&str, &[(&str, &str)], [&str; 2]); 2] = [
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], [&'a str; 2]);
+    let cases: [Case; 2] = [
         ("3.1", &[], ["(3.1.23) cannot switch perf maps on while running", "COMPlus_PerfMapEnabled=1"]),
         ("8", &[("DOTNET_EnableDiagnostics", "0")], ["DOTNET_EnableDiagnostics=0", "DOTNET_PerfMapEnabled=1"]),
     ];
@@ -876,7 +877,10 @@ fn a_launched_command_gets_the_variable_and_its_files_go_after_the_run() {
 
     let c = run(&[]);
     let pid = metadata(&c, "pid");
-    assert_eq!(metadata(&c, "jit_names"), format!("PID {pid}: DOTNET_PerfMapEnabled=1 set in its environment by profcpu"));
+    assert_eq!(
+        metadata(&c, "jit_names"),
+        format!("PID {pid}: DOTNET_PerfMapEnabled=1 set in its environment by profcpu")
+    );
     assert!(warnings(&c).is_empty(), "{}", c.stderr);
     let saved = std::fs::read_to_string(c.run_dir.join(format!("symbols/perf-{pid}.map"))).unwrap_or_default();
     assert!(saved.contains("App::WhileEnabled"), "expected the command's perf map saved with App::WhileEnabled");

@@ -13,8 +13,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use support::profcpu::{finish_collect, Collected};
 use support::symbol_server::{
-    build_id_of, file_offset, function_names, function_starts, hex, publish, run, split, symbol_address, Serve,
-    Server, Split,
+    build_id_of, file_offset, function_names, function_starts, hex, publish, run, split, symbol_address, Serve, Server,
+    Split,
 };
 use support::webapi::{parse_perf_script, OUTPUT_FILES};
 
@@ -376,7 +376,11 @@ fn collect_names_a_stripped_program_from_a_symbol_server_only_when_asked() {
     let starts = function_starts(&program.stripped);
     let elsewhere: Vec<&String> = frames
         .iter()
-        .filter(|f| f.strip_prefix("spinner+0x").and_then(|o| u64::from_str_radix(o, 16).ok()).is_none_or(|o| !starts.contains(&o)))
+        .filter(|f| {
+            f.strip_prefix("spinner+0x")
+                .and_then(|o| u64::from_str_radix(o, 16).ok())
+                .is_none_or(|o| !starts.contains(&o))
+        })
         .collect();
     assert!(elsewhere.is_empty(), "expected every spinner frame at a function start (.eh_frame), not {elsewhere:?}");
     let at_spin = leaves.iter().filter(|f| **f == unnamed).count();
@@ -398,6 +402,25 @@ fn collect_names_a_stripped_program_from_a_symbol_server_only_when_asked() {
     );
     assert!(warnings(&named).is_empty(), "{}", named.stderr);
     assert!(cache.join(format!("profcpu/symbols/{}.debug", hex(&program.build_id))).is_file());
+
+    // The run made without it is named afterwards by `postprocess -symbol-server`, from what it saved.
+    std::fs::remove_dir_all(&cache).unwrap();
+    let out = Command::new(support::PROFCPU)
+        .args(["postprocess", "-symbol-server", &server.url, "-dir"])
+        .arg(&plain.run_dir)
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, leaves) = spinner_frames(&plain);
+    let by_name = leaves.iter().filter(|f| *f == SPIN_FUNCTION).count();
+    assert!(
+        by_name * 10 >= leaves.len() * 9,
+        "expected postprocess -symbol-server to name >= 90% of the samples {SPIN_FUNCTION}, got {by_name} of {}: {}",
+        leaves.len(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // The names were saved: postprocess needs neither the server nor the cache.
     drop(server);
     std::fs::remove_dir_all(&cache).unwrap();

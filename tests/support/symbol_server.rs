@@ -241,4 +241,3 @@ fn readelf(file: &Path, args: &[&str]) -> String {
 fn parse_hex(s: &str) -> u64 {
     u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap_or_else(|_| panic!("not hex: {s:?}"))
 }
-
