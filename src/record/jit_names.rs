@@ -21,7 +21,7 @@ use std::path::Path;
 /// before the call (as `[PreJIT]` jitdump records; dotnet/runtime `src/coreclr/vm/perfmap.cpp`, `PerfMap::Enable`:
 /// "PerfMap does not log R2R methods so only proceed if we are emitting jitdumps"); ALL also writes the perf map
 /// that perf and other tools read. Methods JIT-compiled before the call are re-emitted into both.
-pub const PERF_MAP_TYPE: PerfMapType = PerfMapType::All;
+const PERF_MAP_TYPE: PerfMapType = PerfMapType::All;
 
 /// The variables a launched command gets (3.1 reads only the `COMPlus_` one, .NET 5+ prefers `DOTNET_`).
 const COMMAND_VARIABLES: [&str; 2] = ["DOTNET_PerfMapEnabled", "COMPlus_PerfMapEnabled"];
@@ -141,11 +141,6 @@ impl JitNames {
         JitNames { sources: BTreeMap::from([(pid, NameSource::SetInEnvironment)]), switched: Vec::new() }
     }
 
-    /// Where each .NET process's names come from, by host PID.
-    pub fn sources(&self) -> &BTreeMap<u32, NameSource> {
-        &self.sources
-    }
-
     /// metadata.txt's `jit_names` value, `None` when no .NET process was met: `PID 1234: perf map switched on …`,
     /// entries joined by `; `.
     pub fn describe(&self) -> Option<String> {
@@ -252,6 +247,6 @@ mod tests {
     #[test]
     fn a_process_that_is_not_dotnet_is_passed_over() {
         let names = JitNames::switch_on(&[std::process::id()], false);
-        assert!(names.sources().is_empty(), "{:?}", names.sources());
+        assert!(names.sources.is_empty(), "{:?}", names.sources);
     }
 }

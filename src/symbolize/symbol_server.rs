@@ -103,7 +103,7 @@ impl std::fmt::Debug for SymbolServers {
 
 /// Why one download attempt gave nothing.
 enum Miss {
-    /// 404/410: the server does not have it (not worth a warning).
+    /// 404/410: the server does not have it (one line says so once no server has it).
     NotThere,
     /// Anything else; the server is still asked for other files (not for this one in another layout).
     Failed(String),
