@@ -88,12 +88,13 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
     };
     let recorded = record::record(&opts, &mut observer);
     // Sampling is over: the runtimes this run switched perf maps on in stop writing, the capture copies what they
-    // wrote, then the files they wrote because of this run go (a run that failed switches off as well).
+    // wrote, then the files they wrote because of this run go (a run that failed switches off as well, and keeps
+    // nothing).
     let mut jit_names = observer.jit_names.take();
     if let Some(names) = &mut jit_names {
         names.switch_off();
     }
-    if let Some(c) = &mut observer.capture {
+    if let (Ok(_), Some(c)) = (&recorded, &mut observer.capture) {
         c.poll();
     }
     if let Some(names) = &mut jit_names {

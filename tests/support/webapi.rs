@@ -536,12 +536,6 @@ impl Profile {
         )
     }
 
-    /// Samples whose leaf is JIT-compiled code, and how many of those are named (from a perf map or jitdump).
-    pub fn jit_leaves(&self) -> (usize, usize) {
-        let leaves: Vec<&Frame> = self.samples.iter().filter_map(|s| s.frames.first()).filter(|f| f.is_jit()).collect();
-        (leaves.len(), leaves.iter().filter(|f| f.is_named_jit()).count())
-    }
-
     /// Checks that the JIT-compiled code of the API is named from the perf map or jitdump its runtime wrote as
     /// `nspid` (the paths as the target sees them): >= 90% of the samples whose leaf is JIT code, >= 95% of all JIT
     /// frames, and the CPU route's chain in most samples. Returns the named share of JIT leaves.
