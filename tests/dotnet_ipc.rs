@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use support::profcpu::{collect, finish_collect, Collected};
+use support::profcpu::{collect, finish_collect, Background, Collected};
 use support::scratch::Scratch;
 use support::webapi::OUTPUT_FILES;
 
@@ -954,5 +954,87 @@ kill $plain $on"#;
     for pid in [plain, on] {
         let named = script.split("\n\n").any(|s| s.contains(&format!(" {pid}/")) && s.contains("App::WhileEnabled"));
         assert!(named, "expected samples of PID {pid} named App::WhileEnabled\n{}", c.stderr);
+    }
+}
+
+/// A collection that ends early still switches the perf map off and removes the files: stopped by SIGTERM (outputs
+/// complete), by two SIGINTs (the second ends it once perf.data and symbols/ are complete), or by the app's own exit.
+/// Afterwards a method the app compiles is written nowhere, not even into the jitdump the runtime keeps open.
+#[test]
+fn runs_cut_short_switch_the_perf_map_off_and_leave_no_files() {
+    for (case, signals, kill_app) in [
+        ("SIGTERM", &[libc::SIGTERM][..], false),
+        ("two SIGINTs", &[libc::SIGINT, libc::SIGINT], false),
+        ("app exit", &[], true),
+    ] {
+        let work = Scratch::new("ipc-cut-short");
+        let mut app = DotnetApp::start("8", false, &[]);
+        app.call("before");
+        app.send("spin");
+        let out = work.join("out");
+        let mut run = Background::start(&[
+            "collect",
+            "-pid",
+            &app.host_pid.to_string(),
+            "-duration",
+            "60",
+            "-output",
+            out.to_str().unwrap(),
+        ]);
+        let map = app.tmp_file(&format!("perf-{}.map", app.nspid));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !map.exists() {
+            assert!(Instant::now() < deadline, "{case}: the perf map was never switched on");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        for &signal in signals {
+            run.signal(signal);
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        if kill_app {
+            kill_all(app.host_pid, &[app.host_pid]);
+        }
+        let done = run.finish(Duration::from_secs(60));
+        let files: Vec<PathBuf> = ["perf", "perfinfo", "jit"]
+            .iter()
+            .map(|kind| {
+                PathBuf::from(format!("/tmp/{kind}-{}.{}", app.nspid, if *kind == "jit" { "dump" } else { "map" }))
+            })
+            .filter(|p| p.exists())
+            .collect();
+        assert!(files.is_empty(), "{case}: left {files:?}; profcpu said:\n{}", done.stderr);
+        let run_dir = out.join(std::fs::read_dir(&out).unwrap().next().unwrap().unwrap().file_name());
+        let saved =
+            std::fs::read_to_string(run_dir.join(format!("symbols/perf-{}.map", app.host_pid))).unwrap_or_default();
+        assert!(saved.contains("App::BeforeEnable"), "{case}: the perf map was not saved before it was removed");
+        match case {
+            "two SIGINTs" => assert_eq!(done.status.code(), Some(130), "{}", done.stderr),
+            _ => {
+                assert!(done.status.success(), "{case}: {}", done.stderr);
+                for name in OUTPUT_FILES {
+                    assert!(run_dir.join(name).is_file(), "{case}: no {name}:\n{}", done.stderr);
+                }
+            }
+        }
+        if !kill_app {
+            app.call("after");
+            let fds = std::fs::read_dir(format!("/proc/{}/fd", app.host_pid)).unwrap();
+            for fd in fds.flatten() {
+                let target = std::fs::read_link(fd.path()).unwrap_or_default();
+                if target.to_string_lossy().contains(&format!("jit-{}.dump", app.nspid)) {
+                    let names = JitDump::parse(&std::fs::read(fd.path()).unwrap())
+                        .codes()
+                        .iter()
+                        .map(|c| c.name.to_string())
+                        .collect::<Vec<_>>();
+                    assert_eq!(count_named(&names, "App::AfterDisable"), 0, "{case}: written after the run");
+                }
+            }
+        }
+        eprintln!(
+            "{case}: {}",
+            done.stderr.lines().filter(|l| l.starts_with("profcpu:")).collect::<Vec<_>>().join(" | ")
+        );
     }
 }
