@@ -972,7 +972,7 @@ fn runs_cut_short_switch_the_perf_map_off_and_leave_no_files() {
         app.call("before");
         app.send("spin");
         let out = work.join("out");
-        let mut run = Background::start(&[
+        let run = Background::start(&[
             "collect",
             "-pid",
             &app.host_pid.to_string(),
