@@ -41,4 +41,11 @@ bash scripts/container-images.sh >/dev/null
 cargo fmt --all -- --check
 cargo clippy --release --all-targets --quiet -- -D warnings
 # Release build: the end-to-end tests time real workloads and the benchmarks' numbers come from this profile.
-cargo test --release --no-fail-fast "$@"
+status=0
+cargo test --release --no-fail-fast "$@" || status=$?
+# Every parser of untrusted input fuzzed from its seeds in what its build leaves of 4 minutes (scripts/fuzz.sh says how
+# to fuzz longer); not when only some tests were asked for.
+if [[ $# -eq 0 ]]; then
+    bash scripts/fuzz.sh || status=$?
+fi
+exit "$status"

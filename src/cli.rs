@@ -2,7 +2,7 @@
 //! (`-pid 1`, as perfcollect and the original profcpu take them) as well as two (`--pid 1`, `--pid=1`).
 
 use crate::record::{CallGraph, EventKind};
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -27,6 +27,32 @@ set. Each run writes <output>/HH-MM-SS_YYYY-MM-DD/ with perf.data, perf_script.o
 folded_stacks.out, flamegraph.svg and prof.tar.gz, and prints that folder as the last line
 of its output.";
 
+const TRAP_EXAMPLES: &str = "\
+Examples:
+  # a runaway loop: profile PID 1 for 20 s once it has used more than 1.5 cores for 5 s
+  profcpu trap -pid 1 -cpu-above 150 -for 5 -duration 20
+  # the whole container (its cgroup, as docker stats counts it) above 80% of one core,
+  # up to 3 collections at least 10 minutes apart, giving up after a day
+  profcpu trap -pid 1 -scope cgroup -cpu-above 80 -count 3 -cooldown 600 -timeout 86400
+  # thread starvation or a stalled service: CPU falls below 5% for 10 s while requests
+  # wait; off-CPU mode shows where the threads are blocked
+  profcpu trap -pid 1 -cpu-below 5 -for 10 -mode offcpu -duration 15
+
+CPU use is percent of one CPU as top and docker stats show it (200 = two cores busy),
+read every 0.25 s from /proc/PID/stat (-scope process: the process and all its threads,
+not its child processes) or from its cgroup's cpu.stat / cpuacct.usage (-scope cgroup:
+the whole container), each time over the last second, as top refreshing every second
+shows it. The condition holds for -for seconds when every such reading in that time met
+it; after a collection it must hold anew once -cooldown is over.
+
+Each collection is `profcpu collect -pid PID` with the collect options given (-duration,
+-freq, -output, ...): its own <output>/HH-MM-SS_YYYY-MM-DD/, the trigger in metadata.txt,
+the folder printed on stdout when complete. On a terminal a live line shows the CPU and
+the state; otherwise one line per change of state. Ctrl+C or SIGTERM ends the trap (a
+collection in progress still writes every output). Exit status: 0 when something was
+collected; otherwise 1 (the target exited, -timeout passed, an error) or 130/143 for
+SIGINT/SIGTERM.";
+
 const POSTPROCESS_EXAMPLES: &str = "\
 Examples:
   # regenerate every output of a collection (offline: names come from its symbols/)
@@ -43,7 +69,7 @@ Examples:
     name = "profcpu",
     version,
     about = "CPU profiler for Linux and JIT runtimes (.NET, Node.js), in and across containers",
-    after_help = "Run 'profcpu collect --help' or 'profcpu postprocess --help' for examples.\n\
+    after_help = "Run 'profcpu collect --help', 'profcpu trap --help' or 'profcpu postprocess --help' for examples.\n\
                   Logs: -v (info), -vv (debug), or RUST_LOG=profcpu=debug."
 )]
 pub struct Cli {
@@ -60,6 +86,9 @@ pub enum Command {
     /// Sample a process (or the whole machine, or a command) and write perf.data, flame graph and friends.
     #[command(after_help = COLLECT_EXAMPLES)]
     Collect(CollectArgs),
+    /// Watch a process's CPU use and collect (as `collect` does) when it crosses a threshold.
+    #[command(after_help = TRAP_EXAMPLES)]
+    Trap(TrapArgs),
     /// Regenerate perf_script.out, folded_stacks.out, flamegraph.svg and prof.tar.gz from saved data, offline.
     #[command(after_help = POSTPROCESS_EXAMPLES)]
     Postprocess(PostprocessArgs),
@@ -121,6 +150,65 @@ pub struct CollectOptions {
 
     #[command(flatten)]
     pub symbols: SymbolArgs,
+}
+
+/// `profcpu trap`: when to collect; how is [`CollectOptions`].
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("condition").required(true).args(["cpu_above", "cpu_below"])))]
+pub struct TrapArgs {
+    /// Process to watch and sample (host PID, or the PID as seen from this container); all its threads.
+    #[arg(long, value_name = "PID", default_value_t = 1, value_parser = parse_pid, allow_negative_numbers = true)]
+    pub pid: u32,
+
+    /// Collect when CPU use is above PCT percent of one CPU (200 = two cores busy).
+    #[arg(long, value_name = "PCT", value_parser = parse_percent, allow_negative_numbers = true)]
+    pub cpu_above: Option<f64>,
+
+    /// Collect when CPU use is below PCT percent of one CPU (a stalled or starved service).
+    #[arg(long, value_name = "PCT", value_parser = parse_percent, allow_negative_numbers = true)]
+    pub cpu_below: Option<f64>,
+
+    /// Seconds the condition must hold (every reading of the CPU use over the last second meeting it) before a
+    /// collection starts; 0: at the first reading that meets it.
+    #[arg(long = "for", value_name = "SECS", default_value = "3", value_parser = parse_wait, allow_negative_numbers = true)]
+    pub hold: f64,
+
+    /// Collections to make before ending.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub count: u32,
+
+    /// Seconds to wait after a collection before watching again.
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_wait, allow_negative_numbers = true)]
+    pub cooldown: f64,
+
+    /// End after this many seconds even if fewer than -count collections were made (a collection in progress
+    /// finishes). Default: no limit.
+    #[arg(long, value_name = "SECS", value_parser = parse_duration, allow_negative_numbers = true)]
+    pub timeout: Option<f64>,
+
+    /// What CPU use is measured: the process with all its threads, or its whole cgroup (the container, as docker
+    /// stats counts it). The collection samples the process either way.
+    #[arg(long, value_name = "SCOPE", value_enum, default_value_t = Scope::Process)]
+    pub scope: Scope,
+
+    #[command(flatten)]
+    pub options: CollectOptions,
+}
+
+/// What `trap` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Scope {
+    Process,
+    Cgroup,
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Process => "process",
+            Scope::Cgroup => "cgroup",
+        }
+    }
 }
 
 /// Flags shared by everything that names frames.
@@ -208,12 +296,34 @@ fn parse_pid(s: &str) -> Result<u32, String> {
     }
 }
 
+/// The longest time any flag takes (some 31 years): more would not fit the clocks' arithmetic.
+const MAX_SECONDS: f64 = 1e9;
+
 fn parse_duration(s: &str) -> Result<f64, String> {
     let t = s.trim().trim_end_matches('s');
     match t.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        Ok(v) if v.is_finite() && v > 0.0 && v <= MAX_SECONDS => Ok(v),
+        Ok(v) if v > MAX_SECONDS => Err(format!("at most {MAX_SECONDS} seconds")),
         Ok(_) => Err("the duration must be a positive number of seconds".into()),
         Err(_) => Err("the duration must be a number of seconds, e.g. 10 or 2.5".into()),
+    }
+}
+
+/// A CPU threshold: percent of one CPU, `50` or `50%`; whether the machine can reach it is checked against its
+/// CPUs when the trap starts.
+fn parse_percent(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        Ok(_) => Err("a CPU threshold is a percentage from 0 up to 100 per CPU (200 = two cores busy)".into()),
+        Err(_) => Err("a CPU threshold is a number, percent of one CPU, e.g. 50 or 150".into()),
+    }
+}
+
+/// A wait in seconds where 0 means none.
+fn parse_wait(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('s').parse::<f64>() {
+        Ok(v) if (0.0..=MAX_SECONDS).contains(&v) => Ok(v),
+        _ => Err("a number of seconds, 0 or more, e.g. 3 or 0.5".into()),
     }
 }
 
@@ -327,6 +437,8 @@ mod tests {
             ["-duration", "0"],
             ["-duration", "-5"],
             ["-duration", "abc"],
+            ["-duration", "1e20"],
+            ["-duration", "inf"],
             ["-pid", "0"],
             ["-pid", "x"],
             ["-mmap-pages", "0"],
@@ -340,5 +452,43 @@ mod tests {
         let err = parse_strs(&["profcpu", "collect", "-nosuchflag"]).unwrap_err().to_string();
         assert!(err.contains("--nosuchflag"), "{err}");
         assert!(parse_strs(&["profcpu", "-vv", "collect"]).is_ok());
+    }
+
+    #[test]
+    fn trap_takes_one_condition_and_every_collect_option() {
+        let Command::Trap(t) =
+            parse_strs(&["profcpu", "trap", "-pid", "7", "-cpu-above", "150%", "-for", "0.5", "-duration", "2"])
+                .unwrap()
+                .command
+        else {
+            panic!()
+        };
+        assert_eq!((t.pid, t.cpu_above, t.cpu_below, t.hold), (7, Some(150.0), None, 0.5));
+        assert_eq!((t.count, t.cooldown, t.timeout, t.scope), (1, 30.0, None, Scope::Process));
+        assert_eq!((t.options.duration, t.options.freq), (2.0, 99));
+        let Command::Trap(t) =
+            parse_strs(&["profcpu", "trap", "--cpu-below=5", "-scope", "cgroup", "-count", "2", "-cooldown", "0"])
+                .unwrap()
+                .command
+        else {
+            panic!()
+        };
+        assert_eq!((t.cpu_below, t.scope, t.count, t.cooldown), (Some(5.0), Scope::Cgroup, 2, 0.0));
+        for bad in [
+            &["trap"][..],
+            &["trap", "-cpu-above", "50", "-cpu-below", "20"],
+            &["trap", "-cpu-above", "-5"],
+            &["trap", "-cpu-above", "lots"],
+            &["trap", "-cpu-above", "NaN"],
+            &["trap", "-cpu-above", "50", "-count", "0"],
+            &["trap", "-cpu-above", "50", "-for", "-1"],
+            &["trap", "-cpu-above", "50", "-timeout", "0"],
+            &["trap", "-cpu-above", "50", "-timeout", "1e300"],
+            &["trap", "-cpu-above", "50", "-cooldown", "1e10"],
+            &["trap", "-cpu-above", "50", "-scope", "container"],
+        ] {
+            let args: Vec<&str> = ["profcpu"].iter().chain(bad).copied().collect();
+            assert!(parse_strs(&args).is_err(), "{bad:?} accepted");
+        }
     }
 }

@@ -45,9 +45,16 @@ pub enum Stage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Interrupted {
     pub signal: i32,
+    /// Completes "interrupted by SIGINT ": when, and that nothing was made.
+    pub outcome: String,
 }
 
 impl Interrupted {
+    /// A signal during set-up, before sampling began.
+    pub fn before_sampling(signal: i32) -> Self {
+        Interrupted { signal, outcome: "before sampling began: nothing was written".into() }
+    }
+
     /// The exit status a shell reports for a process killed by the signal (130 for SIGINT, 143 for SIGTERM).
     pub fn exit_code(&self) -> u8 {
         exit_code(self.signal)
@@ -56,7 +63,7 @@ impl Interrupted {
 
 impl std::fmt::Display for Interrupted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "interrupted by {} before sampling began: nothing was written", signal_name(self.signal))
+        write!(f, "interrupted by {} {}", signal_name(self.signal), self.outcome)
     }
 }
 
@@ -167,7 +174,7 @@ fn on_signal(sig: i32, after_sampling: bool) {
         // Set-up notices it at begin_sampling and says so on the way out.
         Stage::Starting if first => {}
         Stage::Starting => {
-            let line = format!("profcpu: {}", Interrupted { signal: sig });
+            let line = format!("profcpu: {}", Interrupted::before_sampling(sig));
             abort(state, sig, &line)
         }
         Stage::Sampling if first => {}
@@ -245,7 +252,7 @@ pub fn stop_fd() -> Option<BorrowedFd<'static>> {
 pub fn begin_sampling() -> Result<(), Interrupted> {
     let mut state = lock();
     if let Some(signal) = received() {
-        return Err(Interrupted { signal });
+        return Err(Interrupted::before_sampling(signal));
     }
     state.stage = Stage::Sampling;
     SAMPLING_OVER.store(false, Ordering::SeqCst);

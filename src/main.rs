@@ -22,7 +22,7 @@ fn main() -> ExitCode {
             let interrupted = e.downcast_ref::<Interrupted>().cloned().or_else(|| {
                 (interrupt::stage() == Stage::Starting).then(interrupt::received).flatten().map(|signal| {
                     tracing::debug!("set-up ended with: {e:#}");
-                    Interrupted { signal }
+                    Interrupted::before_sampling(signal)
                 })
             });
             if let Some(interrupted) = interrupted {

@@ -17,12 +17,16 @@ use std::fs::File;
 use std::io::{self, BufRead, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
+use std::time::Duration;
+
+pub mod cgroup;
 
 /// Caps on what a process controls the size of.
 const MAX_STATUS: u64 = 64 << 10;
 const MAX_CMDLINE: u64 = 1 << 20;
 const MAX_ENVIRON: u64 = 4 << 20;
 const MAX_MAPS: u64 = 64 << 20;
+const MAX_MOUNTINFO: u64 = 16 << 20;
 /// `/proc/kallsyms` with every module loaded is some 20 MB.
 const MAX_KALLSYMS: u64 = 256 << 20;
 
@@ -140,6 +144,26 @@ impl Process {
         stat_field(&self.read("stat", 4096)?, 22).ok_or_else(|| io::Error::other("malformed /proc stat"))
     }
 
+    /// CPU time the process has used so far, every thread of it (running and exited) together: utime + stime
+    /// (fields 14 and 15 of `stat`), what `top` and `ps` count. Time of reaped children is not included.
+    pub fn cpu_time(&self) -> io::Result<Duration> {
+        let stat = self.read("stat", 4096)?;
+        match (stat_field(&stat, 14), stat_field(&stat, 15)) {
+            (Some(user), Some(system)) => Ok(ticks_to_duration(user.saturating_add(system))),
+            _ => Err(io::Error::other("malformed /proc stat")),
+        }
+    }
+
+    /// Its cgroup memberships as it lists them (`cgroup`), paths as profcpu's cgroup namespace sees them.
+    fn cgroups(&self) -> io::Result<String> {
+        Ok(String::from_utf8_lossy(&self.read("cgroup", MAX_STATUS)?).into_owned())
+    }
+
+    /// Its mount table (`mountinfo`): mount points as it sees them.
+    fn mountinfo(&self) -> io::Result<String> {
+        Ok(String::from_utf8_lossy(&self.read("mountinfo", MAX_MOUNTINFO)?).into_owned())
+    }
+
     /// Whether the process has exited but not been reaped (state Z or X in `stat`); a read error counts as exited.
     pub fn is_exited(&self) -> bool {
         match self.read("stat", 4096) {
@@ -171,6 +195,20 @@ impl Process {
 /// Whether a process with this PID exists.
 pub fn exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Clock ticks per second (`sysconf(_SC_CLK_TCK)`), the unit of the times in `stat`; 100 on every Linux port
+/// profcpu runs on, which is also the fallback.
+fn clock_ticks_per_second() -> u64 {
+    match nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK) {
+        Ok(Some(hz)) if hz > 0 => hz as u64,
+        _ => 100,
+    }
+}
+
+fn ticks_to_duration(ticks: u64) -> Duration {
+    let hz = clock_ticks_per_second();
+    Duration::from_secs(ticks / hz) + Duration::from_nanos((ticks % hz) * 1_000_000_000 / hz)
 }
 
 /// The inode of profcpu's own mount namespace.
@@ -214,13 +252,17 @@ pub fn possible_cpus() -> u32 {
         .unwrap_or(1)
 }
 
+/// No kernel numbers CPUs this high (`NR_CPUS` is at most 8192): a larger number is no CPU list, and a range up to
+/// it must not become billions of entries (found by fuzzing).
+const MAX_CPU: u32 = 1 << 16;
+
 pub fn parse_cpu_list(list: &str) -> Result<Vec<u32>> {
     let mut cpus = Vec::new();
     for part in list.trim().split(',').filter(|p| !p.is_empty()) {
         match part.split_once('-') {
             Some((a, b)) => {
                 let (a, b): (u32, u32) = (a.parse()?, b.parse()?);
-                if b < a {
+                if b < a || b >= MAX_CPU {
                     bail!("bad range {part}");
                 }
                 cpus.extend(a..=b);
@@ -319,6 +361,15 @@ mod tests {
         assert!(me.thread_ids().unwrap().contains(&std::process::id()));
         assert!(!me.cmdline().is_empty());
         assert!(me.start_time().unwrap() > 0);
+        // Burn CPU until the process's time has moved by 30 ms (in whole ticks), however busy the machine is.
+        let before = me.cpu_time().unwrap();
+        let spin = std::time::Instant::now();
+        while me.cpu_time().unwrap() < before + Duration::from_millis(30) {
+            assert!(spin.elapsed() < Duration::from_secs(10), "no CPU time counted in 10 s of spinning");
+        }
+        assert!(spin.elapsed() >= Duration::from_millis(20), "30 ms of CPU time in {:?}", spin.elapsed());
+        assert!(me.cgroups().unwrap().lines().any(|l| l.starts_with("0::") || l.contains(':')));
+        assert!(me.mountinfo().unwrap().contains(" / "));
         assert!(!me.is_exited());
         assert!(me.shares_our_mounts());
         let exe = std::fs::read_link("/proc/self/exe").unwrap();
@@ -363,8 +414,10 @@ mod tests {
 
     #[test]
     fn stat_fields_survive_odd_command_names() {
-        let stat = b"42 (a) b) c) S 1 42 42 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 123456 0 0";
+        let stat = b"42 (a) b) c) S 1 42 42 0 -1 4194560 1 0 0 0 250 31 0 0 20 0 1 0 123456 0 0";
         assert_eq!(stat_field(stat, 22), Some(123456));
+        assert_eq!((stat_field(stat, 14), stat_field(stat, 15)), (Some(250), Some(31)));
+        assert_eq!(ticks_to_duration(clock_ticks_per_second() * 3 / 2), Duration::from_millis(1500));
         assert_eq!(stat_state(stat), Some(b'S'));
         assert_eq!(stat_field(b"garbage", 22), None);
     }
@@ -381,5 +434,8 @@ mod tests {
         assert_eq!(parse_cpu_list("0-2,5,7-8").unwrap(), vec![0, 1, 2, 5, 7, 8]);
         assert!(parse_cpu_list("").is_err());
         assert!(parse_cpu_list("3-1").is_err());
+        // The procfs fuzz target's out-of-memory: a range of four billion CPUs.
+        assert!(parse_cpu_list("00000-004000000001,+00").is_err());
+        assert_eq!(parse_cpu_list("0-65535").unwrap().len(), 65536);
     }
 }

@@ -108,6 +108,27 @@ fn svg_has_titles_colours_by_kind_and_tooltips() {
     }
 }
 
+/// Frame names and the command line come from the profiled process (a perf map, its argv): markup in them is
+/// text in the SVG, never elements or attributes a browser would run (the SVG is opened from archives people share).
+#[test]
+fn markup_in_names_and_the_command_line_stays_text() {
+    let evil = r#"</text></g><script>alert(1)</script><g onload="alert(2)">"#;
+    let mut samples = profile();
+    for s in samples.iter_mut().step_by(2) {
+        let mut frames = s.frames.to_vec();
+        frames.push(jit(&format!("void [App] {evil}[Optimized]"), 0x7f00_4000));
+        s.frames = frames.into();
+    }
+    let folded = render_weighted(&samples, Weight::Period).profile.folded;
+    let meta = Metadata { command_line: format!("dotnet {evil}"), comm: evil.into(), ..metadata() };
+    let mut out = Vec::new();
+    write_svg(&folded, &FlameOptions::for_profile(&meta, Weight::Period), &mut out).unwrap();
+    let svg = String::from_utf8(out).unwrap();
+    assert!(!svg.contains(evil) && !svg.contains("<script>alert") && !svg.contains("onload=\"alert"), "{svg}");
+    assert_eq!(svg.matches("<script").count(), 1, "inferno's own script only");
+    assert!(svg.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "the name is shown, escaped");
+}
+
 #[test]
 fn chromium_renders_the_svg_and_its_search_finds_the_hot_method() {
     let dir = work_dir("svg-chromium");

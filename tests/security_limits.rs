@@ -8,7 +8,7 @@
 //! - control characters quoted from the input (a tar checksum field, a perf map name, an argument) reach stderr
 //!   escaped;
 //! - a perf map's 1 MB names are cut to 4 KiB, so the outputs stay small;
-//! - a warning about a perf map is printed once; `-pid` with a command is refused.
+//! - a warning about a perf map or a jitdump is printed once; `-pid` with a command is refused.
 
 mod support;
 
@@ -475,6 +475,56 @@ fn a_perf_map_warning_is_printed_once() {
     assert!(
         warnings[0].starts_with("profcpu: warning: /tmp/perf-") && warnings[0].contains("skipped 1 malformed of 4")
     );
+}
+
+/// A "JIT" in Python: a thread spins in anonymous executable memory, and a jitdump names that code, then ends in a
+/// record too short to be one (as a writer killed mid-record would leave it). The file is mapped executable, as
+/// jitdump writers do so that recorders see its name.
+const JIT_WITH_CORRUPT_JITDUMP: &str = r#"
+import ctypes, mmap, os, struct, threading, time
+code = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+code.write(b"\xeb\xfe")  # jmp .
+addr = ctypes.addressof(ctypes.c_char.from_buffer(code))
+threading.Thread(target=ctypes.CFUNCTYPE(None)(addr), daemon=True).start()
+name = b"void [App] App::Spin()[Optimized]\0"
+load = struct.pack("<IIQQQQ", os.getpid(), os.getpid(), addr, addr, 2, 1) + name + b"\xeb\xfe"
+now = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+dump = struct.pack("<IIIIIIQQ", 0x4A695444, 1, 40, 62, 0, os.getpid(), now, 0)
+dump += struct.pack("<IIQ", 0, 16 + len(load), now) + load + struct.pack("<IIQ", 0, 8, now)
+path = "/tmp/jit-%d.dump" % os.getpid()
+with open(path, "wb") as f:
+    f.write(dump)
+f = open(path, "rb")
+mapped = mmap.mmap(f.fileno(), len(dump), prot=mmap.PROT_READ | mmap.PROT_EXEC)
+print("ready", flush=True)
+time.sleep(30)
+"#;
+
+/// A corrupt jitdump is reported once, not by the capture and again by the naming of the outputs (the review saw
+/// warnings about jitdumps printed twice, like those about perf maps).
+#[test]
+fn a_jitdump_warning_is_printed_once() {
+    let _cpu = support::running_app::exclusive();
+    let mut jit = Command::new("python3")
+        .args(["-c", JIT_WITH_CORRUPT_JITDUMP])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(jit.stdout.as_mut().unwrap()), &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let pid = jit.id();
+    let scratch = Scratch::new("warn-once-jitdump");
+    let c = collect(&["-pid", &pid.to_string(), "-duration", "1", "-output", scratch.path.to_str().unwrap()]);
+    let _ = jit.kill();
+    let _ = jit.wait();
+    let _ = std::fs::remove_file(format!("/tmp/jit-{pid}.dump"));
+    let warnings: Vec<&str> = c.stderr.lines().filter(|l| l.contains("jitdump corrupt")).collect();
+    assert_eq!(warnings.len(), 1, "{}", c.stderr);
+    assert!(warnings[0].starts_with(&format!("profcpu: warning: /tmp/jit-{pid}.dump (PID {pid})")), "{}", warnings[0]);
+    // The code the jitdump names before the damage is still named.
+    let script = std::fs::read_to_string(c.run_dir.join("perf_script.out")).unwrap();
+    assert!(script.contains("App::Spin()[Optimized]"), "{}", &script[..script.len().min(2000)]);
 }
 
 /// `-pid X -- CMD` used to profile CMD and ignore `-pid` silently; now the pair is refused in one line, before

@@ -11,7 +11,7 @@ use crate::fs::Dir;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::record::jit_names::{self, JitNames};
 use crate::record::{self, EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
-use crate::report::metadata_txt::Metadata;
+use crate::report::metadata_txt::{Metadata, Trigger};
 use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
@@ -33,14 +33,15 @@ pub fn run(args: CollectArgs) -> Result<()> {
     } else {
         Target::Pid(args.pid)
     };
-    let run_dir = collect(target, &args.options)?;
+    let run_dir = collect(target, &args.options, None)?;
     println!("{}", run_dir.display());
     Ok(())
 }
 
 /// One whole collection of `target` as `options` say: records, saves what naming needs, writes every output, and
-/// returns the run folder. Commands that collect (collect, trap) all come through here.
-pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
+/// returns the run folder. Commands that collect (collect, trap) all come through here; `trigger` is what started
+/// it, for metadata.txt.
+pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger>) -> Result<PathBuf> {
     // A wrong PID or symbol server must not leave an empty run folder behind.
     record::check_target(&target)?;
     let symbol_servers = super::symbol_servers(&options.symbols)?;
@@ -74,18 +75,7 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
         command_pids: BTreeSet::new(),
     };
 
-    let opts = RecordOptions {
-        target,
-        command_env,
-        duration: Some(duration),
-        frequency: options.freq,
-        event: options.event,
-        mmap_pages: options.mmap_pages,
-        call_graph: options.call_graph,
-        output: run_dir.clone(),
-        perf_data: pipeline::PERF_DATA_FILE.to_string(),
-        progress: std::io::stderr().is_terminal(),
-    };
+    let opts = RecordOptions { command_env, ..record_options(target, options, run_dir.clone()) };
     let recorded = record::record(&opts, &mut observer);
     // Sampling is over: the runtimes this run switched perf maps on in stop writing, the capture copies what they
     // wrote, then the files they wrote because of this run go (a run that failed switches off as well, and keeps
@@ -113,13 +103,40 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
         }
     };
     eprintln!("{}", summary_line(&summary));
-    let jit_names = match (&observer.jit_names, &jit_names) {
+    let mut metadata = metadata_of(&summary, observer.target_info.as_ref());
+    metadata.trigger = trigger;
+    metadata.jit_names = match (&observer.jit_names, &jit_names) {
         (JitNamesState::LeftAlone, _) => "left alone (-no-ipc)".to_string(),
         (_, names) => names.as_ref().and_then(JitNames::describe).unwrap_or_default(),
     };
-    let metadata = Metadata { jit_names, ..metadata_of(&summary, observer.target_info.as_ref()) };
     after_recording(&run_dir, metadata, observer.capture.take())?;
     Ok(run_dir.path().to_path_buf())
+}
+
+/// Checks now that a collection of `target` as `options` say could start: the target exists, the output folder can
+/// be made, and the kernel lets profcpu sample the target. For commands that collect later (trap), so they refuse
+/// at once rather than when the moment comes.
+pub fn check(target: &Target, options: &CollectOptions) -> Result<()> {
+    record::check_target(target)?;
+    super::symbol_servers(&options.symbols)?;
+    let base = open_base(&options.output)?;
+    record::check_access(&record_options(target.clone(), options, base))
+}
+
+/// How `options` record `target` into `output`.
+fn record_options(target: Target, options: &CollectOptions, output: Dir) -> RecordOptions {
+    RecordOptions {
+        target,
+        command_env: Vec::new(),
+        duration: Some(Duration::from_secs_f64(options.duration)),
+        frequency: options.freq,
+        event: options.event,
+        mmap_pages: options.mmap_pages,
+        call_graph: options.call_graph,
+        output,
+        perf_data: pipeline::PERF_DATA_FILE.to_string(),
+        progress: std::io::stderr().is_terminal(),
+    }
 }
 
 /// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
@@ -347,23 +364,7 @@ pub fn summary_line(s: &RecordSummary) -> String {
 /// a symlink the user made; the run folder itself is always created fresh, never reused, and is reached through
 /// its descriptor from then on. Returns the base, the run folder's name in it, and the run folder.
 fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(Dir, String, Dir)> {
-    let unusable = |e: std::io::Error| {
-        anyhow::anyhow!(
-            "cannot create the output folder {}: {e}; choose a writable folder with -output",
-            base.display()
-        )
-    };
-    if base.exists() && !base.is_dir() {
-        bail!("the output folder {} is not a folder; choose another with -output", base.display());
-    }
-    let base_dir = Dir::create_all(base).map_err(unusable)?;
-    if base_dir.is_pseudo_fs() {
-        bail!(
-            "the output folder {} is in a kernel file system (/proc or /sys), which cannot hold outputs; choose a \
-             folder on a disk with -output",
-            base.display()
-        );
-    }
+    let base_dir = open_base(base)?;
     let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
     for n in 1..=MAX_RUN_DIR_SUFFIX {
         let name = if n == 1 { stem.clone() } else { format!("{stem}-{n}") };
@@ -371,10 +372,30 @@ fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(
         match crate::interrupt::remove_on_abort(&base.join(&name), || base_dir.create_dir(&name)) {
             Ok(dir) => return Ok((base_dir, name, dir)),
             Err(e) if e.kind() == ErrorKind::AlreadyExists => continue,
-            Err(e) => return Err(unusable(e)),
+            Err(e) => return Err(unusable(base, e)),
         }
     }
     bail!("cannot create a run folder in {}: {MAX_RUN_DIR_SUFFIX} folders named {stem} exist", base.display())
+}
+
+/// Opens the output base (`-output`), creating it if needed; refuses what cannot hold outputs.
+fn open_base(base: &Path) -> Result<Dir> {
+    if base.exists() && !base.is_dir() {
+        bail!("the output folder {} is not a folder; choose another with -output", base.display());
+    }
+    let base_dir = Dir::create_all(base).map_err(|e| unusable(base, e))?;
+    if base_dir.is_pseudo_fs() {
+        bail!(
+            "the output folder {} is in a kernel file system (/proc or /sys), which cannot hold outputs; choose a \
+             folder on a disk with -output",
+            base.display()
+        );
+    }
+    Ok(base_dir)
+}
+
+fn unusable(base: &Path, e: std::io::Error) -> anyhow::Error {
+    anyhow::anyhow!("cannot create the output folder {}: {e}; choose a writable folder with -output", base.display())
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 pub mod collect;
 pub mod pipeline;
 pub mod postprocess;
+pub mod trap;
 
 use crate::cli::{Cli, Command, SymbolArgs};
 use crate::symbolize::symbol_server::SymbolServers;
@@ -14,6 +15,7 @@ pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Collect(args) => collect::run(args),
         Command::Postprocess(args) => postprocess::run(args),
+        Command::Trap(args) => trap::run(args),
     }
 }
 

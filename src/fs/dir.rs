@@ -87,7 +87,8 @@ impl Dir {
     }
 
     /// Opens the existing folder `name`; a symlink there is refused (ELOOP/ENOTDIR).
-    pub fn open_dir(&self, name: &str) -> io::Result<Dir> {
+    pub fn open_dir(&self, name: impl AsRef<Path>) -> io::Result<Dir> {
+        let name = name.as_ref();
         let fd = openat(
             self.fd(),
             name,
@@ -172,7 +173,8 @@ impl Dir {
 
     /// Removes folder `name` and everything in it, through descriptors (a symlink inside is removed, never
     /// followed). A missing folder is no error.
-    pub fn remove_tree(&self, name: &str) -> io::Result<()> {
+    pub fn remove_tree(&self, name: impl AsRef<Path>) -> io::Result<()> {
+        let name = name.as_ref();
         match self.kind(name) {
             None => Ok(()),
             Some(Kind::Dir) => {
@@ -184,10 +186,10 @@ impl Dir {
         }
     }
 
-    /// Removes everything in this folder (not the folder itself).
+    /// Removes everything in this folder (not the folder itself). Names are used as they are: an archive's entry
+    /// need not be UTF-8, and a name changed to make it so would be another (missing) file.
     pub fn remove_contents(&self) -> io::Result<()> {
         for name in self.list()? {
-            let name = name.to_string_lossy().into_owned();
             if self.kind(&name) == Some(Kind::Dir) {
                 self.remove_tree(&name)?;
             } else {
@@ -344,6 +346,23 @@ mod tests {
         assert!(out.create_dir("run").is_err());
         assert!(out.open_dir("run").is_err());
         assert!(out.create_file("run").is_err());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// Found by the tar_extract fuzz target: a folder extracted from an archive with a name that is not UTF-8 was
+    /// left behind by the clean-up of a failed postprocess (it removed the name made valid UTF-8, which is not
+    /// there).
+    #[test]
+    fn names_that_are_not_utf8_are_removed() {
+        use std::os::unix::ffi::OsStrExt;
+        let base = temp("not-utf8");
+        let odd = std::ffi::OsStr::from_bytes(b"d\xff");
+        std::fs::create_dir(base.join(odd)).unwrap();
+        std::fs::write(base.join(odd).join(std::ffi::OsStr::from_bytes(b"f\xfe")), b"x").unwrap();
+        std::fs::write(base.join(std::ffi::OsStr::from_bytes(b"\xc3")), b"y").unwrap();
+        let dir = Dir::open(&base).unwrap();
+        dir.remove_contents().unwrap();
+        assert_eq!(std::fs::read_dir(&base).unwrap().count(), 0);
         std::fs::remove_dir_all(&base).unwrap();
     }
 

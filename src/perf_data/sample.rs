@@ -200,7 +200,8 @@ impl SampleFormat {
             let times = (rf & FORMAT_TOTAL_TIME_ENABLED != 0) as usize + (rf & FORMAT_TOTAL_TIME_RUNNING != 0) as usize;
             let words = if rf & FORMAT_GROUP != 0 {
                 let nr = c.u64()? as usize;
-                times + nr.saturating_mul(per_value)
+                // A huge count (a corrupt sample) must not wrap into a small skip (found by fuzzing).
+                nr.saturating_mul(per_value).saturating_add(times)
             } else {
                 times + per_value
             };
@@ -464,5 +465,19 @@ mod tests {
                 let _ = f.parse_sample(1, &damaged);
             }
         }
+    }
+
+    /// Found by the perf_data and perf_record fuzz targets: a group read of 2^64-1 values with the times enabled
+    /// wrapped to a skip of 0 bytes, and the rest of the sample was read from the wrong place.
+    #[test]
+    fn a_huge_read_group_is_an_error() {
+        use super::super::abi::{FORMAT_GROUP, FORMAT_TOTAL_TIME_ENABLED, SAMPLE_READ};
+        let f = SampleFormat {
+            sample_type: SAMPLE_IP | SAMPLE_READ | SAMPLE_CALLCHAIN,
+            read_format: FORMAT_GROUP | FORMAT_TOTAL_TIME_ENABLED,
+            ..SampleFormat::default()
+        };
+        let words: Vec<u8> = [0x40_1000, u64::MAX, 1, 0x40_2000].iter().flat_map(|w: &u64| w.to_ne_bytes()).collect();
+        assert!(f.parse_sample(1, &words).is_err());
     }
 }

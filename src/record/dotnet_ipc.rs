@@ -455,24 +455,12 @@ impl DotnetRuntime {
         let (socket, deadline) = (stream.1.clone(), Instant::now() + self.timeout);
         let request = encode_request(PROCESS_COMMAND_SET, command_id, payload);
         stream.0.write_all(&request).map_err(|e| io_or_timeout(e, &socket, self.timeout))?;
-        let (header, body) = read_reply(&mut stream.0, deadline, &socket, self.timeout)?;
-        match (header.command_set, header.command_id) {
-            (SERVER_COMMAND_SET, REPLY_OK) => Ok(body_u32(&body).unwrap_or(0)),
-            (SERVER_COMMAND_SET, REPLY_ERROR) => {
-                let hresult = body_u32(&body).ok_or_else(|| IpcError::BadPeer {
-                    socket: socket.clone(),
-                    detail: "error reply without an HRESULT".into(),
-                })?;
-                if hresult == E_UNKNOWN_COMMAND {
-                    Err(IpcError::Unsupported { host_pid: self.host_pid, version: self.version.clone() })
-                } else {
-                    Err(IpcError::Refused { host_pid: self.host_pid, hresult })
-                }
+        match read_reply(&mut stream.0, deadline, &socket, self.timeout)? {
+            Reply::Ok(status) => Ok(status),
+            Reply::Error(E_UNKNOWN_COMMAND) => {
+                Err(IpcError::Unsupported { host_pid: self.host_pid, version: self.version.clone() })
             }
-            (set, id) => Err(IpcError::BadPeer {
-                socket,
-                detail: format!("unexpected reply command set {set:#04x} id {id:#04x}"),
-            }),
+            Reply::Error(hresult) => Err(IpcError::Refused { host_pid: self.host_pid, hresult }),
         }
     }
 
@@ -548,9 +536,13 @@ impl EnabledPerfMaps {
     }
 }
 
-struct ReplyHeader {
-    command_set: u8,
-    command_id: u8,
+/// What the runtime answered to a command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    /// The OK reply's status.
+    Ok(u32),
+    /// The error reply's HRESULT.
+    Error(u32),
 }
 
 fn encode_request(command_set: u8, command_id: u8, payload: &[u8]) -> Vec<u8> {
@@ -566,28 +558,33 @@ fn encode_request(command_set: u8, command_id: u8, payload: &[u8]) -> Vec<u8> {
 }
 
 /// Reads one reply (header, then exactly the payload it announces), never past `deadline` and never more than
-/// [`MAX_REPLY_PAYLOAD`] bytes of payload.
-fn read_reply(
+/// [`MAX_REPLY_PAYLOAD`] bytes of payload. Public for the fuzz target: the peer may be anyone who could plant a
+/// socket where the runtime's should be.
+pub fn read_reply(
     stream: &mut UnixStream,
     deadline: Instant,
     socket: &str,
     timeout: Duration,
-) -> Result<(ReplyHeader, Vec<u8>), IpcError> {
+) -> Result<Reply, IpcError> {
     let mut header = [0u8; HEADER_SIZE];
     read_exact_by(stream, &mut header, deadline, socket, timeout, "the reply header")?;
+    let bad_peer = |detail: String| IpcError::BadPeer { socket: socket.into(), detail };
     if &header[..MAGIC.len()] != MAGIC {
-        return Err(IpcError::BadPeer {
-            socket: socket.into(),
-            detail: "its reply does not start with DOTNET_IPC_V1".into(),
-        });
+        return Err(bad_peer("its reply does not start with DOTNET_IPC_V1".into()));
     }
     let total = u16::from_le_bytes([header[14], header[15]]) as usize;
     if total < HEADER_SIZE || total - HEADER_SIZE > MAX_REPLY_PAYLOAD {
-        return Err(IpcError::BadPeer { socket: socket.into(), detail: format!("reply size {total} is out of range") });
+        return Err(bad_peer(format!("reply size {total} is out of range")));
     }
     let mut body = vec![0u8; total - HEADER_SIZE];
     read_exact_by(stream, &mut body, deadline, socket, timeout, "the reply payload")?;
-    Ok((ReplyHeader { command_set: header[16], command_id: header[17] }, body))
+    match (header[16], header[17]) {
+        (SERVER_COMMAND_SET, REPLY_OK) => Ok(Reply::Ok(body_u32(&body).unwrap_or(0))),
+        (SERVER_COMMAND_SET, REPLY_ERROR) => {
+            Ok(Reply::Error(body_u32(&body).ok_or_else(|| bad_peer("error reply without an HRESULT".into()))?))
+        }
+        (set, id) => Err(bad_peer(format!("unexpected reply command set {set:#04x} id {id:#04x}"))),
+    }
 }
 
 fn read_exact_by(

@@ -84,14 +84,12 @@ pub fn record(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result
     result
 }
 
-fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
-    let start_time = chrono::Local::now();
-    target::raise_fd_limit();
-    let cpus = target::online_cpus()?;
+/// What `opts` ask the kernel for: the event, the ring's data pages per CPU, and a notice when the ring had to be
+/// fitted to the stack copies.
+fn plan(opts: &RecordOptions) -> (EventSpec, usize, Option<String>) {
     let asked_pages =
         opts.mmap_pages.unwrap_or_else(|| ring::default_data_pages_for(opts.call_graph.stack_copy_bytes())).max(1);
     let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, ring::page_size());
-    let stack_copy_bytes = call_graph.stack_copy_bytes();
     let spec = EventSpec {
         kind: opts.event,
         frequency: opts.frequency,
@@ -99,8 +97,30 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         inherit: !matches!(opts.target, Target::All),
         enable_on_exec: matches!(opts.target, Target::Command(_)),
         wakeup_bytes: (data_pages.saturating_mul(ring::page_size()) / 2).min(u32::MAX as usize) as u32,
-        stack_copy_bytes,
+        stack_copy_bytes: call_graph.stack_copy_bytes(),
     };
+    (spec, data_pages, ring_notice)
+}
+
+/// Opens, and closes at once, the first event a recording with `opts` would open (on the target process, or
+/// CPU-wide for every process), so that a command which records later can refuse now, with the same explanation a
+/// recording would give. A launched command is not checked (it does not exist yet).
+pub fn check_access(opts: &RecordOptions) -> Result<()> {
+    let (mut spec, _, _) = plan(opts);
+    let cpu = target::online_cpus()?[0] as i32;
+    let (pid, what) = match &opts.target {
+        Target::Pid(pid) => (*pid as i32, OpenTarget::Pid(*pid)),
+        Target::All => (-1, OpenTarget::AllProcesses),
+        Target::Command(_) => return Ok(()),
+    };
+    events::open_first(&mut spec, pid, cpu, &what).map(drop)
+}
+
+fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
+    let start_time = chrono::Local::now();
+    target::raise_fd_limit();
+    let cpus = target::online_cpus()?;
+    let (spec, data_pages, ring_notice) = plan(opts);
     let max_cpu = cpus.iter().max().copied().unwrap_or(0) as usize;
     let mut session = Session {
         spec,

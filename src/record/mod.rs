@@ -17,7 +17,7 @@ pub mod synthesize;
 pub mod target;
 
 pub use call_graph::CallGraph;
-pub use engine::{check_target, record};
+pub use engine::{check_access, check_target, record};
 pub use events::SAMPLE_TYPE;
 pub use progress::status_line;
 

@@ -66,6 +66,9 @@ impl FlameOptions {
         }
         parts.push(format!("{} samples", meta.samples));
         parts.push(format!("{} lost", meta.lost));
+        if let Some(trigger) = &meta.trigger {
+            parts.push(format!("started by {}", trigger.summary()));
+        }
         let (count_name, factor) = count_unit(&meta.event, weight);
         FlameOptions { title, subtitle: Some(parts.join(" · ")), count_name, factor, ..FlameOptions::default() }
     }

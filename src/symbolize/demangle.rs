@@ -9,7 +9,11 @@ use std::sync::{Arc, OnceLock};
 
 /// Names longer than this are left mangled: no real symbol is that long and the demangler's work grows with it.
 const MAX_MANGLED_LEN: usize = 8192;
-const RECURSION_LIMIT: u32 = 256;
+/// How deep the C++ demangler may nest (cpp_demangle's own default). Its parser backtracks, and with more depth a
+/// crafted name of 190 bytes took 3 s to be refused (found by the demangle fuzz target): a planted library could
+/// stall naming with one such symbol per sampled function. Real names nest far less: every C++ symbol of .NET 8's
+/// libcoreclr and Debian's libstdc++ demangles the same at 64 as at 256.
+const RECURSION_LIMIT: u32 = 96;
 
 pub fn demangle(raw: &str) -> Option<String> {
     if raw.len() > MAX_MANGLED_LEN {
@@ -87,6 +91,18 @@ mod tests {
     fn rust_names_lose_the_hash() {
         assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE").unwrap(), "core::fmt::write");
         assert_eq!(demangle("_RNvCs1234_7mycrate3foo").unwrap(), "mycrate::foo");
+    }
+
+    /// The demangle fuzz target's slow input (backtracking through 128+ levels of nesting): refused at once.
+    #[test]
+    fn deeply_nested_garbage_is_refused_without_backtracking_for_seconds() {
+        let name =
+            "_ZZ1orSiIaSiIaIrSiiaSiIaSiIaSiIaSiIaIrSiIaSiIorSiIaIrSiiaSiIaSiaSiIaSiIaIrSiIaSiIorSiIaIrSiiaSiIaSiIaIrS\
+                    iIaSiIaIrSiIaSaIrSiIaSYQQ@QQQQQQQQQ__iNIhiIaIrSiIaSiIaIrSiIaSaIrSiIaSYQQ@QQQQQQQQQ__iNIh";
+        let started = std::time::Instant::now();
+        assert_eq!(demangle(name), None);
+        // 20 µs now; 3 s with a limit of 256 (a bound far from both, so that load cannot flake it).
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
     }
 
     #[test]

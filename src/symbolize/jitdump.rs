@@ -234,7 +234,7 @@ impl JitDump {
             if time < c.from {
                 c.from - time
             } else if time >= c.until {
-                time - c.until + 1
+                (time - c.until).saturating_add(1)
             } else {
                 0
             }
@@ -384,6 +384,17 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Found by the jitdump fuzz target: code replaced at time 0, looked up at the last time there is, was 2^64
+    /// units away: the distance wrapped to 0 (a panic with overflow checks) and the replaced code won.
+    #[test]
+    fn code_replaced_at_time_zero_is_not_chosen_at_the_end_of_time() {
+        let mut w = JitDumpWriter::new(7, 0);
+        w.load(0, 0x1000, 0x10, "Old").load(0, 0x1000, 0x10, "New");
+        let d = JitDump::parse(&w.bytes);
+        assert_eq!(name(&d, 0x1008, u64::MAX).as_deref(), Some("New"));
+        assert_eq!(name(&d, 0x1008, 5).as_deref(), Some("New"));
     }
 
     #[test]

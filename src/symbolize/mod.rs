@@ -37,14 +37,19 @@ pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
 pub use options::SymbolizeOptions;
 pub use symbolizer::{SymbolizeStats, Symbolizer};
 
-/// The parsers, public for tests and tools that inspect a single input.
+/// The parsers, public for tests, fuzz targets and tools that inspect a single input: each is the entry point the
+/// symbolizer itself calls.
 pub mod parsers {
+    pub use super::debug_search::SearchRoots;
     pub use super::demangle::demangle;
+    pub use super::dso::{load as load_dso, DsoSymbols, FileHit};
     pub use super::jitdump::{JitCode, JitDump};
     pub use super::kallsyms::{KernelSymbol, KernelSymbols};
     pub use super::perf_map::PerfMap;
     pub use super::proc_info::ProcessInfo;
     pub use super::r2r::{rva_of, CodePart, CodeRange, FileMapping, Machine, PeSection, R2rImage, R2rMap, R2rMethod};
+    pub use super::r2r_symbols::R2rSymbols;
+    pub use super::symbols_dir::CapturedDir;
     pub use crate::procfs::{parse_status, Status};
 }
 

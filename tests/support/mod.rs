@@ -3,7 +3,7 @@
 //! | module | job |
 //! |---|---|
 //! | [`scratch`] | per-test folders (kept when the test fails) |
-//! | [`profcpu`] | running the binary (`collect`, `postprocess`) and reading what it wrote |
+//! | [`profcpu`] | running the binary (`collect`, `trap`, `postprocess`) and reading what it wrote |
 //! | [`golden`] | the committed golden collection |
 //! | [`fixtures`] | a hand-built awkward profile for the report stage |
 //! | [`report`] | samples through the report stage as the pipeline streams them |

@@ -1,4 +1,4 @@
-//! Running the `profcpu` binary as a user would (`collect`, `postprocess`) and reading what it wrote.
+//! Running the `profcpu` binary as a user would (`collect`, `trap`, `postprocess`) and reading what it wrote.
 
 use super::PROFCPU;
 use std::path::{Path, PathBuf};
@@ -261,6 +261,11 @@ impl Background {
             }
         }
         false
+    }
+
+    /// The stderr lines read so far (by [`wait_for_line`](Background::wait_for_line)), for failure messages.
+    pub fn stderr_so_far(&self) -> String {
+        self.stderr.join("\n")
     }
 
     /// Waits for the end (failing the test after `limit`) and returns what profcpu said.

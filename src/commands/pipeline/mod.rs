@@ -323,9 +323,8 @@ fn collect_tree(dir: &Dir, rel: &Path, out: &mut Vec<Naming>) -> Result<()> {
         let name = PathBuf::from(&child);
         match dir.kind(&name) {
             Some(Kind::Dir) => {
-                let sub = dir
-                    .open_dir(&child.to_string_lossy())
-                    .with_context(|| format!("cannot archive {}", dir.shown(&name).display()))?;
+                let sub =
+                    dir.open_dir(&name).with_context(|| format!("cannot archive {}", dir.shown(&name).display()))?;
                 collect_tree(&sub, &rel.join(&name), out)?;
             }
             Some(Kind::File) => out.push(Naming::File(rel.join(&name), dir.clone(), name)),

@@ -6,7 +6,7 @@
 //! never reached (or into the middle of one), so it is kept only if each FDE it points to is one the walk checked.
 
 use super::cfi::{CfiSection, ModuleCfi};
-use gimli::{BaseAddresses, CallFrameInstruction, CieOrFde, EhFrameHdr, EndianSlice, LittleEndian, Operation};
+use gimli::{BaseAddresses, CallFrameInstruction, CieOrFde, EhFrameHdr, EndianSlice, LittleEndian, Operation, Pointer};
 use gimli::{DebugFrame, EhFrame, UnwindSection};
 use std::collections::HashSet;
 
@@ -99,13 +99,19 @@ fn check_instructions<'a, S: UnwindSection<Slice<'a>>>(
 fn hdr_points_into(hdr: &CfiSection, fdes: &HashSet<u64>, bases: &BaseAddresses) -> Result<(), String> {
     let parsed = EhFrameHdr::new(&hdr.data, LittleEndian).parse(bases, 8).map_err(|e| format!("unreadable: {e}"))?;
     let Some(table) = parsed.table() else { return Ok(()) };
+    let Pointer::Direct(eh_frame) = parsed.eh_frame_ptr() else { return Err("an indirect .eh_frame pointer".into()) };
     let mut rows = table.iter(bases);
     loop {
         match rows.next() {
             Ok(Some((_, pointer))) => {
-                let offset = table.pointer_to_offset(pointer).map_err(|e| format!("a bad FDE pointer: {e}"))?;
-                if !fdes.contains(&(offset.0 as u64)) {
-                    return Err(format!("it points to offset {:#x}, which holds no checked FDE", offset.0));
+                // The offset in .eh_frame, subtracted here with a check: gimli's `pointer_to_offset` does not check
+                // for a pointer before the section (found by fuzzing: it wraps, or panics with overflow checks).
+                let offset = match pointer {
+                    Pointer::Direct(at) => at.checked_sub(eh_frame).ok_or("an FDE pointer before .eh_frame")?,
+                    Pointer::Indirect(_) => return Err("an indirect FDE pointer".into()),
+                };
+                if !fdes.contains(&offset) {
+                    return Err(format!("it points to offset {offset:#x}, which holds no checked FDE"));
                 }
             }
             Ok(None) => return Ok(()),
@@ -145,5 +151,21 @@ mod tests {
         hdr.data = Arc::from(bytes);
         let (checked, problems) = without_looping_expressions(cfi);
         assert!(checked.eh_frame_hdr.is_none() && checked.eh_frame.is_some(), "{problems:?}");
+    }
+
+    /// Found by the unwind, elf and postprocess fuzz targets: a table entry pointing before `.eh_frame`.
+    #[test]
+    fn an_hdr_pointer_before_eh_frame_drops_the_hdr() {
+        let file = std::fs::File::open("/proc/self/exe").unwrap();
+        let mut cfi = ModuleCfi::read(&file, None).unwrap().unwrap();
+        let hdr = cfi.eh_frame_hdr.as_mut().unwrap();
+        let to_eh_frame = cfi.eh_frame.as_ref().unwrap().svma as i64 - hdr.svma as i64;
+        // The first FDE pointer (sdata4, relative to the hdr) set to 16 bytes before .eh_frame.
+        let mut bytes = hdr.data.to_vec();
+        bytes[16..20].copy_from_slice(&((to_eh_frame - 16) as i32).to_le_bytes());
+        hdr.data = Arc::from(bytes);
+        let (checked, problems) = without_looping_expressions(cfi);
+        assert!(checked.eh_frame_hdr.is_none() && checked.eh_frame.is_some(), "{problems:?}");
+        assert!(problems[0].contains("an FDE pointer before .eh_frame"), "{problems:?}");
     }
 }

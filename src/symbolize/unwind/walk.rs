@@ -140,7 +140,9 @@ impl StackWalker {
                     if return_address == regs.ip || !modules.is_code(return_address) {
                         break false;
                     }
-                    state = UnwindRegsX86_64::new(return_address, regs.sp + 8, regs.bp);
+                    // The caller's stack pointer is above the return address; none is above the address space.
+                    let Some(caller_sp) = regs.sp.checked_add(8) else { break false };
+                    state = UnwindRegsX86_64::new(return_address, caller_sp, regs.bp);
                     guessed_leaf = true;
                     frames.push(return_address);
                     address = next;
@@ -332,6 +334,16 @@ mod tests {
         let stack = words(&[0x1234, 0, 0x7020, 0x5002, 0, 0]);
         let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x6000 };
         let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000], end: WalkEnd::Stopped });
+    }
+
+    /// Found by the unwind fuzz target: a leaf guessed to return to the code at a stack pointer 8 bytes below the
+    /// end of the address space (its caller's stack pointer would wrap to 0).
+    #[test]
+    fn a_stack_pointer_at_the_end_of_the_address_space_ends_the_walk() {
+        let sp = u64::MAX - 7;
+        let regs = UserRegs { ip: 0x9000, sp, bp: 0x6000 };
+        let walk = StackWalker::default().walk((1, 0), &mut OneModule(None), regs, &words(&[0x5001]), &[]);
         assert_eq!(walk, Walk { frames: vec![0x9000], end: WalkEnd::Stopped });
     }
 

@@ -1,0 +1,26 @@
+//! A JIT's jitdump (`jit-PID.dump`, or the copy in `symbols/`): written by the process profiled; code loads and
+//! moves replayed in time order, then looked up by address and time as samples are.
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use profcpu::symbolize::parsers::JitDump;
+
+fuzz_target!(|data: &[u8]| {
+    let dump = JitDump::parse(data);
+    let _ = (dump.is_empty(), dump.loads, dump.moves, dump.incomplete_tail, &dump.warnings);
+    for code in dump.codes().iter().take(256) {
+        assert!(code.start <= code.end);
+        for (addr, time) in [(code.start, code.from), (code.end.saturating_sub(1), code.until), (code.start, 0)] {
+            let (found, steady) = dump.lookup_steady(addr, time);
+            if let Some(found) = found {
+                assert!(found.start <= addr && addr < found.end, "{found:?} does not hold {addr:#x}");
+            }
+            assert_eq!(dump.lookup(addr, time), found);
+            // The answer holds for the whole steady range around the time (the symbolizer caches it for that range).
+            assert!(steady.start <= time, "{time} before {steady:?}");
+            if !steady.is_empty() {
+                assert_eq!(dump.lookup(addr, steady.start), found, "at the start of {steady:?}");
+                assert_eq!(dump.lookup(addr, steady.end - 1), found, "at the end of {steady:?}");
+            }
+        }
+    }
+});

@@ -1,0 +1,14 @@
+//! Kernel symbols: `/proc/kallsyms` as read live, and the `kernel.syms` a capture saved (the same table).
+#![no_main]
+use libfuzzer_sys::fuzz_target;
+use profcpu::symbolize::parsers::KernelSymbols;
+
+fuzz_target!(|data: &[u8]| {
+    // Read live as text (`read_to_string`): not UTF-8 is an error there, never parsed.
+    let Ok(text) = std::str::from_utf8(data) else { return };
+    let symbols = KernelSymbols::parse(text);
+    for range in symbols.table.iter().take(1024) {
+        assert!(range.start < range.end);
+        assert!(symbols.table.lookup(range.start).is_some());
+    }
+});
