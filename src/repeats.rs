@@ -1,13 +1,15 @@
-//! What a stage that writes text knows about the repeats in it, handed to a compressor so that it can emit matches
-//! without searching for them. The report stage writes perf_script.out, whose text is mostly repeats (the same
-//! stacks, sample after sample); the archive stage compresses it. Neither needs to know the other: this is the
-//! whole vocabulary between them.
+//! What a stage knows about the repeats in a file it makes or reads, handed to a compressor so that it can emit
+//! matches without searching for them. The report stage writes perf_script.out, whose text is mostly repeats (the
+//! same stacks, sample after sample); perf_data knows where a perf.data's stack copies repeat; the archive stage
+//! compresses both. Neither needs to know the other: this is the whole vocabulary between them.
 //!
-//! Two kinds of hints:
+//! Three kinds of hints:
 //! - [`Span`]s cut a piece of text (a sample's header line) into parts with *keys*: parts with the same key are
 //!   probably the same bytes. Keys are hints, not proof: the compressor still compares the bytes.
 //! - A [`RepeatedText`] (a stack's frame lines) comes with *ids*: within one producer an id always stands for the
 //!   same bytes and is never reused, so the compressor may point back at an earlier occurrence without comparing.
+//! - An [`Echo`] says where a stretch of a file probably repeats an earlier stretch of it (perf.data: a thread's
+//!   stack copy repeats most of its previous one). Only a guess: the compressor compares.
 
 /// The next `len` bytes of a text and a key that is the same for parts made of the same bytes (0: no key). A span
 /// with `parts > 0` is followed by that many spans that cover the same bytes in smaller pieces, for when the whole
@@ -46,4 +48,13 @@ pub struct Piece {
     pub at: u32,
     pub len: u32,
     pub id: u32,
+}
+
+/// A guess that the `len` bytes at stream position `at` repeat those at the earlier position `from` (positions count
+/// the bytes given to one compressor from its first on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Echo {
+    pub at: u64,
+    pub from: u64,
+    pub len: u32,
 }

@@ -7,8 +7,8 @@ fuzz_target!(|data: &[u8]| {
     // Read live as text (`read_to_string`): not UTF-8 is an error there, never parsed.
     let Ok(text) = std::str::from_utf8(data) else { return };
     let symbols = KernelSymbols::parse(text);
-    for range in symbols.table.iter().take(1024) {
-        assert!(range.start < range.end);
-        assert!(symbols.table.lookup(range.start).is_some());
+    for symbol in symbols.iter().take(1024) {
+        assert!(symbol.start < symbol.end);
+        assert_eq!(symbols.lookup(symbol.start).as_ref(), Some(&symbol));
     }
 });

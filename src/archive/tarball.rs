@@ -5,18 +5,19 @@
 //! is known, so its tar header goes into a stored block that is rewritten in place at the end. Every other entry
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
-use super::deflate::{deflate_segment, stored_block, Deflater, FINAL_BLOCK};
+use super::deflate::{deflate_segment, stored_block, EchoDeflater, FINAL_BLOCK};
 use crate::fs::Dir;
+use crate::repeats::Echo;
 use anyhow::{Context, Result};
 use crc32fast::Hasher as Crc;
 use flate2::Compression;
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-const BLOCK: usize = 512;
+pub const BLOCK: usize = 512;
 const ZEROS: [u8; 2 * BLOCK] = [0; 2 * BLOCK];
 
 /// Gzip header: deflate, no name or extra fields, no time, OS Unix.
@@ -48,6 +49,16 @@ pub enum Entry<'a> {
     File(PathBuf, &'a [u8], u64),
 }
 
+/// Copies a spilled segment's `len` bytes, in the kernel (copy_file_range): they never pass through this process's
+/// memory.
+fn copy_spilled(mut from: &File, len: u64, to: &mut File) -> std::io::Result<()> {
+    from.seek(SeekFrom::Start(0))?;
+    match std::io::copy(&mut from.take(len), to)? == len {
+        true => Ok(()),
+        false => Err(std::io::Error::other("its compressed segment became shorter")),
+    }
+}
+
 /// Zero bytes that pad an entry of `size` bytes to the block size.
 pub fn padding(size: u64) -> &'static [u8] {
     &ZEROS[..(BLOCK - size as usize % BLOCK) % BLOCK]
@@ -68,32 +79,76 @@ pub fn now() -> u64 {
 
 /// One compressed piece of the archive and what it decompresses to.
 pub struct Segment {
-    pub compressed: Vec<u8>,
+    pub compressed: Compressed,
     pub crc: Crc,
     /// Bytes it decompresses to.
     pub len: u64,
 }
 
+/// Where a segment's compressed bytes are.
+pub enum Compressed {
+    Memory(Vec<u8>),
+    /// The first `len` bytes of a file (a segment that may be too large to keep in memory).
+    File(File, u64),
+}
+
+impl Compressed {
+    /// How many compressed bytes.
+    pub fn size(&self) -> u64 {
+        match self {
+            Compressed::Memory(bytes) => bytes.len() as u64,
+            Compressed::File(_, len) => *len,
+        }
+    }
+}
+
 impl Segment {
     /// A segment of one entry read from an open file (`len` bytes of it, in pieces: the file is not kept in
-    /// memory).
-    pub fn of_file(level: Compression, name: &Path, mut file: File, len: u64, mtime: u64) -> Result<Segment> {
-        let mut d = Deflater::new(level);
+    /// memory), compressed by [`EchoDeflater`] with the echoes `find_echoes` gives: it is called with each stretch of
+    /// the stream read (from its stream position; the file's first byte follows the 512-byte tar header), appends
+    /// the echoes it finds there and returns how many of those bytes can be compressed now (the rest is given again
+    /// with the next stretch). `|_, bytes, _| bytes.len()` finds none. The compressed bytes go to `spill` as they
+    /// are made (a file's segment can be hundreds of MB); `spill_name` names it in messages.
+    pub fn of_file(
+        name: &Path,
+        mut file: File,
+        len: u64,
+        mtime: u64,
+        mut find_echoes: impl FnMut(u64, &[u8], &mut Vec<Echo>) -> usize,
+        (mut spill, spill_name): (File, &Path),
+    ) -> Result<Segment> {
+        let spilled = |written: std::io::Result<()>| {
+            written.with_context(|| format!("cannot write {} (disk full?)", spill_name.display()))
+        };
+        let mut compressed_len = 0u64;
+        const READ: usize = 1 << 20;
+        let mut d = EchoDeflater::new();
         d.feed(&tar_header(name, len, mtime, false)?);
-        let mut buf = vec![0u8; 1 << 20];
+        let mut echoes = Vec::new();
         let mut left = len;
         while left > 0 {
-            let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-            let n = std::io::Read::read(&mut file, &mut buf[..want])
+            let want = READ.min(usize::try_from(left).unwrap_or(usize::MAX));
+            let n = std::io::Read::read(&mut file, &mut d.space(want)[..want])
                 .with_context(|| format!("cannot read {}", name.display()))?;
             if n == 0 {
                 anyhow::bail!("{} became shorter while it was archived", name.display());
             }
-            d.feed(&buf[..n]);
+            d.filled(n);
             left -= n as u64;
+            let (at, waiting) = d.waiting();
+            echoes.clear();
+            let ready = find_echoes(at, waiting, &mut echoes);
+            let ready = if left == 0 { waiting.len() } else { ready.min(waiting.len()) };
+            d.encode(ready, &echoes);
+            let out = d.take_output();
+            compressed_len += out.len() as u64;
+            spilled(spill.write_all(&out))?;
         }
         d.feed(padding(len));
-        let (compressed, crc) = d.finish();
+        let (tail, crc) = d.finish();
+        compressed_len += tail.len() as u64;
+        spilled(spill.write_all(&tail))?;
+        let compressed = Compressed::File(spill, compressed_len);
         Ok(Segment { compressed, crc, len: BLOCK as u64 + len + padding(len).len() as u64 })
     }
 
@@ -116,7 +171,7 @@ impl Segment {
         let end: &[u8] = if last { end_of_archive() } else { &[] };
         let len = parts.clone().chain([end]).map(|p| p.len() as u64).sum();
         let (compressed, crc) = deflate_segment(level, parts.chain([end]));
-        Ok(Segment { compressed, crc, len })
+        Ok(Segment { compressed: Compressed::Memory(compressed), crc, len })
     }
 }
 
@@ -164,7 +219,11 @@ impl Tarball {
     pub fn append(&mut self, segment: &Segment) -> Result<()> {
         self.crc_after_header.combine(&segment.crc);
         self.len_after_header += segment.len;
-        self.file.write_all(&segment.compressed).with_context(|| format!("cannot write {}", self.path.display()))
+        let written = match &segment.compressed {
+            Compressed::Memory(bytes) => self.file.write_all(bytes),
+            Compressed::File(file, len) => copy_spilled(file, *len, &mut self.file),
+        };
+        written.with_context(|| format!("cannot write {}", self.path.display()))
     }
 
     /// Writes the end of the stream, the gzip trailer, and the streamed entry's real header over the reserved one.

@@ -9,7 +9,7 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
-use std::os::fd::BorrowedFd;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
@@ -158,29 +158,57 @@ pub fn check(file: &File, limit: Limit) -> Result<u64, InputError> {
 
 /// Reads all of an open file, at most `limit` bytes (more is an error: the file grew past its cap while read).
 pub fn read_all(file: &mut File, size_hint: u64, limit: Limit) -> Result<Vec<u8>, InputError> {
-    use std::os::unix::fs::FileExt;
     // From the start, by position: a handle may share its file offset with a duplicate another reader moved.
-    let mut bytes = vec![0; size_hint.min(limit.bytes).min(64 << 20) as usize];
-    let mut len = 0usize;
+    // Into memory that is not zeroed first (the read overwrites it): zeroing a 10 MB symbol file first costs as
+    // much as reading it.
+    let mut bytes: Vec<u8> = Vec::with_capacity(size_hint.min(limit.bytes).min(64 << 20) as usize);
     loop {
-        if len == bytes.len() {
-            if len as u64 > limit.bytes {
-                return Err(InputError::TooLarge { size: len as u64, limit: limit.bytes });
+        if bytes.len() == bytes.capacity() {
+            // Full: a small read tells the end of the file from more to come before anything grows.
+            let mut probe = [0u8; 256];
+            let n = pread_retrying(file, &mut probe, bytes.len() as u64)?;
+            if n == 0 {
+                break;
             }
-            bytes.resize((len * 2).max(64 << 10), 0);
+            if (bytes.len() + n) as u64 > limit.bytes {
+                return Err(InputError::TooLarge { size: (bytes.len() + n) as u64, limit: limit.bytes });
+            }
+            bytes.extend_from_slice(&probe[..n]);
+            bytes.reserve(bytes.len().max(64 << 10));
+            continue;
         }
-        match file.read_at(&mut bytes[len..], len as u64) {
-            Ok(0) => break,
-            Ok(n) => len += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e.into()),
+        let spare = bytes.spare_capacity_mut();
+        // SAFETY: pread writes at most `spare.len()` bytes to the spare capacity and says how many; only those
+        // become part of the vector.
+        let n = unsafe {
+            libc::pread(file.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len(), bytes.len() as libc::off_t)
+        };
+        match n {
+            0 => break,
+            n if n > 0 => unsafe { bytes.set_len(bytes.len() + n as usize) },
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e.into());
+                }
+            }
         }
     }
-    if len as u64 > limit.bytes {
-        return Err(InputError::TooLarge { size: len as u64, limit: limit.bytes });
+    if bytes.len() as u64 > limit.bytes {
+        return Err(InputError::TooLarge { size: bytes.len() as u64, limit: limit.bytes });
     }
-    bytes.truncate(len);
     Ok(bytes)
+}
+
+/// One `pread`, retried when a signal interrupts it.
+fn pread_retrying(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    loop {
+        match file.read_at(buf, offset) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            result => return result,
+        }
+    }
 }
 
 /// [`open_at`] then [`read_all`].

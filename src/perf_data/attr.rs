@@ -97,6 +97,11 @@ impl Attr {
         self.fields.0.freq() != 0
     }
 
+    /// Whether the event left kernel code out (`exclude_kernel`): then no sample has kernel frames.
+    pub fn excludes_kernel(&self) -> bool {
+        self.fields.0.exclude_kernel() != 0
+    }
+
     pub fn sample_id_all(&self) -> bool {
         self.fields.0.sample_id_all() != 0
     }

@@ -4,6 +4,7 @@
 pub mod abi;
 pub mod attr;
 mod bytes;
+pub mod echoes;
 pub mod header;
 pub mod reader;
 pub mod records;
@@ -12,7 +13,7 @@ pub mod writer;
 
 pub use attr::Attr;
 pub use header::{BuildIdEntry, EventDesc, Features};
-pub use reader::{PerfDataReader, ReadStats, Skimmed};
+pub use reader::{PerfDataReader, ReadStats, SampleFormats, Skimmed};
 pub use records::{Comm, Lost, Mmap, Record, Task};
-pub use sample::{Sample, SampleFormat, SampleId, UserContext};
+pub use sample::{Sample, SampleFields, SampleFormat, SampleId, UserContext, UserFields};
 pub use writer::PerfDataWriter;

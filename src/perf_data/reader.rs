@@ -15,7 +15,7 @@ pub struct PerfDataReader {
     header: FileHeader,
     events: Vec<EventDesc>,
     features: Features,
-    id_to_event: HashMap<u64, usize>,
+    formats: SampleFormats,
     data_start: usize,
     data_end: usize,
     warnings: Vec<String>,
@@ -183,12 +183,13 @@ impl PerfDataReader {
                 id_to_event.insert(id, i);
             }
         }
+        let formats = SampleFormats { formats: events.iter().map(|e| e.attr.sample_format()).collect(), id_to_event };
         Ok(PerfDataReader {
             bytes,
             header,
             events,
             features,
-            id_to_event,
+            formats,
             data_start,
             data_end: data_end as usize,
             warnings,
@@ -214,17 +215,21 @@ impl PerfDataReader {
 
     /// The event a sample belongs to (by its id; the first event when the file has one or ids are absent).
     pub fn event_of(&self, id: Option<u64>) -> &EventDesc {
-        let i = id.and_then(|id| self.id_to_event.get(&id).copied()).unwrap_or(0);
-        &self.events[i]
+        &self.events[self.formats.event_index(id)]
+    }
+
+    /// How each sample is laid out.
+    pub fn sample_formats(&self) -> &SampleFormats {
+        &self.formats
+    }
+
+    /// Where the records are: the file offsets of the data section's bytes that are present.
+    pub fn data_range(&self) -> std::ops::Range<u64> {
+        self.data_start as u64..self.data_end as u64
     }
 
     fn format_for_sample(&self, body: &[u8]) -> SampleFormat {
-        let first = self.events[0].attr.sample_format();
-        if self.events.len() > 1 && first.sample_type & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
-            let id = u64::from_ne_bytes(body[..8].try_into().unwrap());
-            return self.event_of(Some(id)).attr.sample_format();
-        }
-        first
+        self.formats.for_sample(body)
     }
 
     /// Calls `f` for every record of the data section, in file order. Records that cannot be decoded are counted and
@@ -318,6 +323,30 @@ impl PerfDataReader {
             let _ =
                 unsafe { self.bytes.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
         }
+    }
+}
+
+/// The layout of each event's samples.
+#[derive(Debug, Clone)]
+pub struct SampleFormats {
+    formats: Vec<SampleFormat>,
+    id_to_event: HashMap<u64, usize>,
+}
+
+impl SampleFormats {
+    /// The index of the event with sample id `id` (the first event when the file has one or ids are absent).
+    pub fn event_index(&self, id: Option<u64>) -> usize {
+        id.and_then(|id| self.id_to_event.get(&id).copied()).unwrap_or(0)
+    }
+
+    /// The format of a sample record's body: its event's (found by the leading sample id when there are several).
+    pub fn for_sample(&self, body: &[u8]) -> SampleFormat {
+        let first = self.formats[0];
+        if self.formats.len() > 1 && first.sample_type & SAMPLE_IDENTIFIER != 0 && body.len() >= 8 {
+            let id = u64::from_ne_bytes(body[..8].try_into().unwrap());
+            return self.formats[self.event_index(Some(id))];
+        }
+        first
     }
 }
 

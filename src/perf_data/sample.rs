@@ -61,6 +61,47 @@ impl UserContext {
     }
 }
 
+/// A sample's fields as they lie in its record ([`SampleFormat::sample_fields`]): what [`Sample`] holds, nothing
+/// copied or decoded beyond the fixed-size fields.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SampleFields<'a> {
+    pub id: Option<u64>,
+    pub ip: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub time: u64,
+    pub cpu: u32,
+    pub period: u64,
+    /// The callchain's entries, native-endian u64s.
+    pub callchain: &'a [u8],
+    /// With `PERF_SAMPLE_REGS_USER`/`STACK_USER` (`abi` is `REGS_ABI_NONE` when the sample has no user context).
+    pub user: Option<UserFields<'a>>,
+}
+
+/// A sample's user context as it lies in the record (see [`UserContext`]).
+#[derive(Debug, Clone, Copy)]
+pub struct UserFields<'a> {
+    pub abi: u64,
+    /// Native-endian u64s, one per bit of the attr's `sample_regs_user`.
+    pub regs: &'a [u8],
+    /// The valid part of the stack copy.
+    pub stack: &'a [u8],
+    /// The rest of the copy (where profcpu stashes the user part of the callchain).
+    pub slack: &'a [u8],
+}
+
+impl UserFields<'_> {
+    /// Register number `reg`, as [`UserContext::reg`].
+    pub fn reg(&self, mask: u64, reg: u32) -> Option<u64> {
+        let bit = 1u64.checked_shl(reg)?;
+        if mask & bit == 0 {
+            return None;
+        }
+        let i = (mask & (bit - 1)).count_ones() as usize * 8;
+        Some(u64::from_ne_bytes(self.regs.get(i..i + 8)?.try_into().unwrap()))
+    }
+}
+
 /// Tags the user part of a callchain that profcpu keeps after the valid bytes of a stack copy (`"PCUCHAIN"`).
 const USER_CHAIN_TAG: u64 = u64::from_le_bytes(*b"PCUCHAIN");
 
@@ -162,9 +203,39 @@ impl SampleFormat {
     /// Decodes a PERF_RECORD_SAMPLE body up to the user registers and stack copy; later fields (weight, data source,
     /// …) are not needed by profcpu and are ignored.
     pub fn parse_sample(&self, misc: u16, body: &[u8]) -> Result<Sample> {
+        let f = self.sample_fields(body)?;
+        let words = |raw: &[u8]| -> Vec<u64> {
+            raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect()
+        };
+        let mut callchain = words(f.callchain);
+        if let Some(u) = &f.user {
+            callchain.extend(stashed_user_chain(u.slack));
+        }
+        let user = f.user.filter(|u| u.abi != REGS_ABI_NONE).map(|u| UserContext {
+            abi: u.abi,
+            mask: self.regs_user_mask,
+            regs: words(u.regs),
+            stack: u.stack.to_vec(),
+        });
+        Ok(Sample {
+            misc,
+            id: f.id,
+            ip: f.ip,
+            pid: f.pid,
+            tid: f.tid,
+            time: f.time,
+            cpu: f.cpu,
+            period: f.period,
+            callchain,
+            user,
+        })
+    }
+
+    /// A sample's fields where they lie in its body, nothing copied: up to the user registers and stack copy
+    /// (later fields — weight, data source, … — are not needed by profcpu).
+    pub fn sample_fields<'a>(&self, body: &'a [u8]) -> Result<SampleFields<'a>> {
         let mut c = ByteReader::new(body);
-        let mut s =
-            Sample { misc, id: None, ip: 0, pid: 0, tid: 0, time: 0, cpu: 0, period: 1, callchain: vec![], user: None };
+        let mut s = SampleFields { period: 1, ..SampleFields::default() };
         if self.has(SAMPLE_IDENTIFIER) {
             s.id = Some(c.u64()?);
         }
@@ -212,13 +283,10 @@ impl SampleFormat {
             if nr > c.remaining() / 8 {
                 bail!("callchain of {nr} entries does not fit in a {}-byte sample", body.len());
             }
-            let raw = c.bytes(nr * 8)?;
-            s.callchain = raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
+            s.callchain = c.bytes(nr * 8)?;
         }
         if self.has(SAMPLE_REGS_USER) || self.has(SAMPLE_STACK_USER) {
-            let mut user_chain = Vec::new();
-            s.user = self.parse_user_context(&mut c, &mut user_chain)?;
-            s.callchain.extend_from_slice(&user_chain);
+            s.user = self.user_fields(&mut c)?;
         }
         Ok(s)
     }
@@ -226,10 +294,7 @@ impl SampleFormat {
     /// The fields after the callchain, up to the stack copy: `{u32 size; char data[size]}` raw,
     /// `{u64 nr; …}` branch stack, `{u64 abi; u64 regs[weight(mask)]}` user registers,
     /// `{u64 size; char data[size]; u64 dyn_size}` user stack (`dyn_size` only when `size` is not 0).
-    ///
-    /// `user_chain` gets the user part of the callchain if profcpu stashed it in the stack copy (see
-    /// [`write_sample`](Self::write_sample)).
-    fn parse_user_context(&self, c: &mut ByteReader, user_chain: &mut Vec<u64>) -> Result<Option<UserContext>> {
+    fn user_fields<'a>(&self, c: &mut ByteReader<'a>) -> Result<Option<UserFields<'a>>> {
         if self.has(SAMPLE_RAW) {
             let size = c.u32()? as usize;
             c.skip(size)?;
@@ -239,13 +304,11 @@ impl SampleFormat {
             // cannot be located.
             return Ok(None);
         }
-        let mut user = UserContext { mask: self.regs_user_mask, ..Default::default() };
+        let mut user = UserFields { abi: REGS_ABI_NONE, regs: &[], stack: &[], slack: &[] };
         if self.has(SAMPLE_REGS_USER) {
             user.abi = c.u64()?;
             if user.abi != REGS_ABI_NONE {
-                let n = self.regs_user_mask.count_ones() as usize;
-                let raw = c.bytes(n * 8)?;
-                user.regs = raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
+                user.regs = c.bytes(self.regs_user_mask.count_ones() as usize * 8)?;
             }
         }
         if self.has(SAMPLE_STACK_USER) {
@@ -256,11 +319,11 @@ impl SampleFormat {
                 }
                 let data = c.bytes(size)?;
                 let valid = (c.u64()? as usize).min(size);
-                user.stack = data[..valid].to_vec();
-                *user_chain = stashed_user_chain(&data[valid.next_multiple_of(8).min(size)..]);
+                user.stack = &data[..valid];
+                user.slack = &data[valid.next_multiple_of(8).min(size)..];
             }
         }
-        Ok((user.abi != REGS_ABI_NONE).then_some(user))
+        Ok(Some(user))
     }
 
     /// A sample's time without decoding the rest (0 when samples carry no time, as [`parse_sample`](Self::parse_sample)

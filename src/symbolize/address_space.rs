@@ -7,7 +7,7 @@
 use crate::perf_data::abi::MISC_MMAP_DATA;
 use crate::perf_data::{Comm, Mmap, Task};
 use rustc_hash::FxHashMap;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// What kind of memory a mapping is, which decides how its addresses are named.
@@ -80,23 +80,25 @@ pub fn is_jitdump_path(path: &str) -> bool {
         .is_some_and(|digits| !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// One process's mappings, non-overlapping, keyed by start.
+/// One process's mappings, non-overlapping, in address order (a sorted array: looked up for every frame, changed
+/// only by mmaps).
 #[derive(Debug, Clone)]
 pub struct AddressSpace {
     /// Unique per space instance (a new one on fork and exec), so caches never mix two processes' addresses.
     pub id: u64,
     /// Bumped on every change, so caches keyed by it never return a stale answer.
     pub generation: u64,
-    maps: BTreeMap<u64, Mapping>,
+    maps: Vec<Mapping>,
 }
 
 impl AddressSpace {
     fn new(id: u64) -> Self {
-        AddressSpace { id, generation: 0, maps: BTreeMap::new() }
+        AddressSpace { id, generation: 0, maps: Vec::new() }
     }
 
     pub fn find(&self, addr: u64) -> Option<&Mapping> {
-        let (_, m) = self.maps.range(..=addr).next_back()?;
+        let after = self.maps.partition_point(|m| m.start <= addr);
+        let m = &self.maps[after.checked_sub(1)?];
         (addr < m.end).then_some(m)
     }
 
@@ -106,29 +108,22 @@ impl AddressSpace {
             return;
         }
         let (start, end) = (m.start, m.end);
-        if let Some((&s, old)) = self.maps.range(..start).next_back() {
-            if old.end > start {
-                let mut old = self.maps.remove(&s).expect("key just seen");
-                if old.end > end {
-                    let mut tail = old.clone();
-                    tail.pgoff = tail.pgoff.wrapping_add(end - tail.start);
-                    tail.start = end;
-                    self.maps.insert(end, tail);
-                }
-                old.end = start;
-                self.maps.insert(s, old);
+        // The mappings that overlap [start, end): a run from `first` on.
+        let first = self.maps.partition_point(|o| o.end <= start);
+        let last = self.maps.partition_point(|o| o.start < end);
+        let mut kept = Vec::new();
+        for old in &self.maps[first..last] {
+            if old.start < start {
+                kept.push(Mapping { end: start, ..old.clone() });
             }
-        }
-        let inside: Vec<u64> = self.maps.range(start..end).map(|(&s, _)| s).collect();
-        for s in inside {
-            let mut old = self.maps.remove(&s).expect("key just seen");
             if old.end > end {
-                old.pgoff = old.pgoff.wrapping_add(end - old.start);
-                old.start = end;
-                self.maps.insert(end, old);
+                let pgoff = old.pgoff.wrapping_add(end - old.start);
+                kept.push(Mapping { start: end, pgoff, ..old.clone() });
             }
         }
-        self.maps.insert(start, m);
+        let head = kept.iter().take_while(|k| k.start < start).count();
+        kept.insert(head, m);
+        self.maps.splice(first..last, kept);
         self.generation += 1;
     }
 }
@@ -281,6 +276,31 @@ mod tests {
         assert_eq!(path_at(&p, 1, 0x3010).unwrap(), ("/lib/a.so".into(), 0x2010));
         assert!(path_at(&p, 1, 0x4000).is_none());
         assert_eq!(p.get(1).unwrap().space.maps.len(), 3);
+    }
+
+    #[test]
+    fn random_remaps_leave_what_a_page_model_says() {
+        // Pages 0..64 of one space, each owned by the last mapping placed over it (with its file offset).
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state % n
+        };
+        let mut p = Processes::default();
+        let mut model: Vec<Option<(String, u64)>> = vec![None; 64];
+        for i in 0..400 {
+            let (first, pages) = (next(64), 1 + next(8));
+            let name = format!("/lib/{i}.so");
+            p.on_mmap(&mmap(1, first * 0x1000, pages * 0x1000, 0x10_0000, &name));
+            for page in first..(first + pages).min(64) {
+                model[page as usize] = Some((name.clone(), 0x10_0000 + (page - first) * 0x1000));
+            }
+            for page in 0..64u64 {
+                assert_eq!(path_at(&p, 1, page * 0x1000), model[page as usize], "after mapping {i}, page {page}");
+            }
+        }
     }
 
     #[test]

@@ -2,13 +2,11 @@
 //! demangled the way `perf report` shows them by default — without parameter lists and return types, so overloads
 //! of one function merge in a flame graph the same way they do in perf.
 //!
-//! Demangling is lazy (a [`LazyName`] demangles on first use): a DSO like libcoreclr has tens of thousands of
-//! symbols and a profile hits a few hundred.
-
-use std::sync::{Arc, OnceLock};
+//! Demangling is lazy (a [`super::symbol_table::SymbolTable`] demangles a name when a lookup first finds it): a DSO
+//! like libcoreclr has tens of thousands of symbols and a profile hits a few hundred.
 
 /// Names longer than this are left mangled: no real symbol is that long and the demangler's work grows with it.
-const MAX_MANGLED_LEN: usize = 8192;
+pub const MAX_MANGLED_LEN: usize = 8192;
 /// How deep the C++ demangler may nest (cpp_demangle's own default). Its parser backtracks, and with more depth a
 /// crafted name of 190 bytes took 3 s to be refused (found by the demangle fuzz target): a planted library could
 /// stall naming with one such symbol per sampled function. Real names nest far less: every C++ symbol of .NET 8's
@@ -40,34 +38,6 @@ fn looks_like_rust_legacy(raw: &str) -> bool {
     body.len() > 20
         && body[body.len() - 19..].starts_with(b"17h")
         && body[body.len() - 16..].iter().all(|b| b.is_ascii_hexdigit())
-}
-
-/// A symbol name stored as found, demangled the first time it is shown.
-#[derive(Debug)]
-pub struct LazyName {
-    raw: Box<str>,
-    shown: OnceLock<Arc<str>>,
-}
-
-impl LazyName {
-    pub fn mangled(raw: &str) -> LazyName {
-        if raw.len() > MAX_MANGLED_LEN {
-            // Never demangled; only what is shown of it is kept.
-            return LazyName::plain(super::name_limit::cap_arc(raw));
-        }
-        LazyName { raw: raw.into(), shown: OnceLock::new() }
-    }
-
-    /// A name that needs no demangling (already demangled, or from a JIT).
-    pub fn plain(name: Arc<str>) -> LazyName {
-        LazyName { raw: Box::from(""), shown: OnceLock::from(name) }
-    }
-
-    pub fn get(&self) -> Arc<str> {
-        // A demangled name can be longer than the mangled one (templates spelled out).
-        let shown = || super::name_limit::cap_arc(&demangle(&self.raw).unwrap_or_else(|| self.raw.to_string()));
-        self.shown.get_or_init(shown).clone()
-    }
 }
 
 #[cfg(test)]
@@ -110,8 +80,6 @@ mod tests {
         assert_eq!(demangle("main"), None);
         assert_eq!(demangle("_Z"), None);
         assert_eq!(demangle("_ZN"), None);
-        assert_eq!(LazyName::mangled("_Zzzz").get().as_ref(), "_Zzzz");
-        assert_eq!(LazyName::mangled("memcpy").get().as_ref(), "memcpy");
         // Hostile nesting must neither panic nor overflow the stack (the test process would die).
         for hostile in [format!("_Z{}", "N1a".repeat(2000)), format!("_Z1fI{}E", "PFv".repeat(3000)), "_Z".repeat(5000)]
         {
@@ -128,7 +96,7 @@ mod tests {
         ];
         let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0005);
         for input in rng.inputs(&seeds, 5000) {
-            let _ = LazyName::mangled(&String::from_utf8_lossy(&input)).get();
+            let _ = demangle(&String::from_utf8_lossy(&input));
         }
     }
 }

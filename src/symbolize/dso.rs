@@ -4,11 +4,10 @@
 //! frames keep module and offset.
 
 use super::debug_search::{self, SearchReport, SearchRoots};
-use super::demangle::LazyName;
 use super::elf::{self, ElfImage, SymbolSource};
 use super::function_bounds::FunctionBounds;
 use super::r2r_symbols::R2rSymbols;
-use super::ranges::RangeTable;
+use super::symbol_table::SymbolTable;
 use super::FrameKind;
 use std::fs::File;
 use std::path::PathBuf;
@@ -17,7 +16,7 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub enum DsoSymbols {
     /// Function symbols keyed by file offset, and where the functions no symbol names begin and end.
-    Elf { table: RangeTable<Arc<LazyName>>, origin: Origin, functions: FunctionBounds },
+    Elf { table: SymbolTable, origin: Origin, functions: FunctionBounds },
     /// A ReadyToRun image (precompiled .NET code).
     R2r(R2rSymbols),
     /// Not ELF, or unusable: `reason` says why (for the log).
@@ -46,7 +45,7 @@ impl DsoSymbols {
     pub fn lookup(&self, offset: u64) -> FileHit {
         match self {
             DsoSymbols::Elf { table, functions, .. } => match table.lookup(offset) {
-                Some(r) => FileHit::Symbol { start: r.start, end: r.end, name: r.value.get() },
+                Some((start, end, name)) => FileHit::Symbol { start, end, name },
                 None => match functions.lookup(offset) {
                     Some((start, end)) => FileHit::Function { start, end },
                     None => FileHit::Nothing,
@@ -150,6 +149,6 @@ mod tests {
     #[test]
     fn own_vdso_names_clock_gettime() {
         let DsoSymbols::Elf { table, .. } = own_vdso() else { panic!("no vDSO symbols") };
-        assert!(table.iter().any(|r| r.value.get().contains("clock_gettime")), "{} symbols", table.len());
+        assert!(table.iter().any(|(_, _, n)| n.contains("clock_gettime")), "{} symbols", table.len());
     }
 }

@@ -4,15 +4,13 @@
 //! Symbols are returned in *file-offset* space: `addr - mapping.start + mapping.pgoff` is then all a lookup needs,
 //! whatever the load bias (PIE executables, shared libraries), and captured tables keep the same key.
 
-use super::demangle::LazyName;
-use super::ranges::{Range, RangeTable};
+use super::symbol_table::{SymbolTable, SymbolTableBuilder};
 use anyhow::{Context, Result};
 use object::elf as abi;
 use object::read::elf::{FileHeader, SectionHeader};
 use object::{Object, ObjectSegment, ObjectSymbol, ReadRef, SectionIndex, SymbolKind, SymbolSection};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
-use std::sync::Arc;
 
 pub const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 /// Size given to a last zero-size symbol, which has no successor to end it.
@@ -45,9 +43,10 @@ pub enum SymbolSource {
 /// debuglink), copied into memory with a few large reads; the rest stays zero. Mapping the file instead would let
 /// whoever owns it (a container) kill profcpu with SIGBUS by truncating it during the read; reading through a cache
 /// of small blocks costs one system call per symbol name (tens of thousands for libcoreclr). The copy is as long as
-/// the file, but only the pages that are read into are ever touched, so a 300 MB debug file costs its symbol table.
+/// the file, in fresh anonymous memory: only the pages that are read into are ever touched (and none is zeroed by
+/// hand first), so a 300 MB debug file costs its symbol table.
 pub struct ElfImage {
-    bytes: Vec<u8>,
+    bytes: memmap2::MmapMut,
 }
 
 /// Larger files are not read (no shared library or debug file comes near it; a planted sparse file could).
@@ -58,7 +57,11 @@ impl ElfImage {
     pub fn read(file: &File) -> Result<Option<ElfImage>> {
         let len = file.metadata().context("cannot stat the file")?.len();
         anyhow::ensure!(len <= MAX_ELF_LEN, "{len} bytes is more than an ELF file profcpu reads ({MAX_ELF_LEN})");
-        let mut image = ElfImage { bytes: vec![0; len as usize] };
+        if len < 4 {
+            return Ok(None);
+        }
+        let bytes = memmap2::MmapMut::map_anon(len as usize).context("out of memory")?;
+        let mut image = ElfImage { bytes };
         image.fill(file, 0, 64.min(len))?;
         if !is_elf(&image.bytes[..]) {
             return Ok(None);
@@ -166,10 +169,9 @@ fn is_function<'data, S: ObjectSymbol<'data>>(s: &S) -> bool {
 }
 
 /// Preference among symbols at one address (lower wins): sized over zero-size, functions over labels, global over
-/// weak over local, fewer leading underscores (`memcpy` over `__memcpy_avx_unaligned`), shorter.
-type Rank = (bool, bool, u8, usize, usize);
-
-fn rank<'data, S: ObjectSymbol<'data>>(s: &S, name: &str) -> Rank {
+/// weak over local, fewer leading underscores (`memcpy` over `__memcpy_avx_unaligned`), shorter. Packed into one
+/// number (in that order of importance) so that sorting tens of thousands of symbols compares integers.
+fn rank<'data, S: ObjectSymbol<'data>>(s: &S, name: &str) -> u64 {
     let binding = if s.is_global() {
         0
     } else if s.is_weak() {
@@ -177,8 +179,13 @@ fn rank<'data, S: ObjectSymbol<'data>>(s: &S, name: &str) -> Rank {
     } else {
         2
     };
-    let underscores = name.bytes().take_while(|&b| b == b'_').count();
-    (s.size() == 0, s.kind() != SymbolKind::Text, binding, underscores, name.len())
+    let underscores = name.bytes().take_while(|&b| b == b'_').count().min(0xffff) as u64;
+    let len = name.len().min(u32::MAX as usize) as u64;
+    ((s.size() == 0) as u64) << 63
+        | ((s.kind() != SymbolKind::Text) as u64) << 62
+        | binding << 60
+        | underscores << 32
+        | len
 }
 
 /// The file's function symbols from the given table, keyed by file offset (via `segments`, normally the file's own
@@ -187,27 +194,34 @@ pub fn function_symbols<'data, R: ReadRef<'data>>(
     data: R,
     source: SymbolSource,
     segments: &[LoadSegment],
-) -> Result<RangeTable<Arc<LazyName>>> {
+) -> Result<SymbolTable> {
     let file = object::File::parse(data).context("unreadable ELF")?;
     let iter = match source {
         SymbolSource::Symtab => file.symbols(),
         SymbolSource::Dynsym => file.dynamic_symbols(),
     };
     // (file offset, size, preference, name)
-    let mut found: Vec<(u64, u64, Rank, &'data str)> = Vec::new();
+    let mut found: Vec<(u64, u64, u64, &'data str)> = Vec::new();
     for s in iter {
         if !is_function(&s) {
             continue;
         }
         let Ok(name) = s.name() else { continue };
         // Versioned dynamic names (`memcpy@@GLIBC_2.14`) read better without the version.
-        let name = name.split("@@").next().unwrap_or(name);
+        let name = match memchr::memmem::find(name.as_bytes(), b"@@") {
+            Some(at) => &name[..at],
+            None => name,
+        };
         let Some(offset) = vaddr_to_offset(segments, s.address()) else { continue };
         found.push((offset, s.size(), rank(&s, name), name));
     }
-    found.sort_by(|a, b| a.0.cmp(&b.0).then(a.2.cmp(&b.2)));
-    found.dedup_by_key(|f| f.0);
-    let mut ranges = Vec::with_capacity(found.len());
+    // By offset, then preference, then the table's order (the index makes the unstable sort's result the stable one's,
+    // while it only moves small keys).
+    let mut order: Vec<(u64, u64, u32)> = found.iter().enumerate().map(|(i, f)| (f.0, f.2, i as u32)).collect();
+    order.sort_unstable();
+    order.dedup_by_key(|o| o.0);
+    let found: Vec<_> = order.iter().map(|o| found[o.2 as usize]).collect();
+    let mut table = SymbolTableBuilder::new(true);
     for i in 0..found.len() {
         let (start, size, _, name) = found[i];
         let end = if size > 0 {
@@ -215,9 +229,9 @@ pub fn function_symbols<'data, R: ReadRef<'data>>(
         } else {
             found.get(i + 1).map_or(start.saturating_add(OPEN_ENDED_SIZE), |next| next.0)
         };
-        ranges.push(Range { start, end, value: Arc::new(LazyName::mangled(name)) });
+        table.push(start, end, name);
     }
-    Ok(RangeTable::from_unsorted(ranges))
+    Ok(table.build())
 }
 
 pub fn vaddr_to_offset(segments: &[LoadSegment], vaddr: u64) -> Option<u64> {
@@ -269,7 +283,7 @@ mod tests {
                 (me >= s && me < e).then_some((s, off))
             })
             .unwrap();
-        let name = table.lookup(me - start + pgoff).unwrap().value.get();
+        let name = table.lookup(me - start + pgoff).unwrap().2;
         assert!(name.contains("reads_this_test_binary"), "{name}");
     }
 

@@ -2,73 +2,123 @@
 //! symbol ends where the next one starts. Under `kernel.kptr_restrict` (or without privilege) every address reads
 //! as zero: the table is then "hidden" and kernel frames can only be shown as `[kernel]`.
 
-use super::perf_map::parse_hex;
 use super::ranges::{Range, RangeTable};
 use std::sync::Arc;
 
 /// Size given to the last symbol, which has no successor to end it (perf uses a page as well).
 const LAST_SYMBOL_SIZE: u64 = 4096;
 
+/// The kernel's code symbols. A kallsyms file holds over 100,000 of them and a profile hits a few dozen, so reading
+/// one only locates its line (the address and type are at fixed places); its name and module are read from the line
+/// when it is looked up.
+#[derive(Debug, Default)]
+pub struct KernelSymbols {
+    /// Each symbol's line in `text`, by address range.
+    table: RangeTable<u32>,
+    text: Box<str>,
+    /// True when the file listed symbols but every address was zero.
+    pub hidden: bool,
+}
+
+/// A kernel symbol [`KernelSymbols::lookup`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KernelSymbol {
+    pub start: u64,
+    pub end: u64,
     pub name: Arc<str>,
     /// `[kernel.kallsyms]` for the kernel image, `[module]` for module code, as perf prints them.
     pub module: Arc<str>,
-}
-
-#[derive(Debug, Default)]
-pub struct KernelSymbols {
-    pub table: RangeTable<KernelSymbol>,
-    /// True when the file listed symbols but every address was zero.
-    pub hidden: bool,
 }
 
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
 impl KernelSymbols {
     pub fn parse(text: &str) -> KernelSymbols {
-        let kernel: Arc<str> = Arc::from(KERNEL_MODULE);
-        let mut modules: std::collections::HashMap<&str, Arc<str>> = Default::default();
+        Self::parse_owned(text.to_owned())
+    }
+
+    /// [`parse`](Self::parse), keeping `text` for the names.
+    fn parse_owned(text: String) -> KernelSymbols {
         let mut listed = 0usize;
         let mut any_nonzero = false;
-        let mut entries: Vec<(u64, KernelSymbol)> = Vec::new();
-        for line in text.lines() {
-            let mut fields = line.split_whitespace();
-            let (Some(addr), Some(kind), Some(name)) = (fields.next(), fields.next(), fields.next()) else {
-                continue;
+        // (address, where its line starts)
+        let mut entries: Vec<(u64, u32)> = Vec::with_capacity(text.len() / 40);
+        let mut at = 0;
+        while at < text.len() {
+            let (fields, next) = match fixed_line(text.as_bytes(), at) {
+                Some((addr, kind, next)) => (Some((addr, kind)), next),
+                None => {
+                    let end = memchr::memchr(b'\n', &text.as_bytes()[at..]).map_or(text.len(), |i| at + i);
+                    let fields = kallsyms_fields(&text[at..end]).and_then(|(addr, kind, ..)| {
+                        Some((parse_address(addr)?, kind.as_bytes()[0] * (kind.len() == 1) as u8))
+                    });
+                    (fields, end + 1)
+                }
             };
-            let Some(addr) = parse_hex(addr) else { continue };
+            let line = at as u32;
+            at = next;
+            let Some((addr, kind)) = fields else { continue };
             listed += 1;
             any_nonzero |= addr != 0;
             // Text symbols only (t/T, weak w/W): data symbols would swallow code addresses between them.
-            if !matches!(kind, "t" | "T" | "w" | "W") || addr == 0 {
-                continue;
+            if matches!(kind, b't' | b'T' | b'w' | b'W') && addr != 0 {
+                entries.push((addr, line));
             }
-            let module = match fields.next() {
-                Some(m) if m.starts_with('[') && m.ends_with(']') => {
-                    modules.entry(m).or_insert_with(|| super::name_limit::cap_arc(m)).clone()
-                }
-                _ => kernel.clone(),
-            };
-            entries.push((addr, KernelSymbol { name: super::name_limit::cap_arc(name), module }));
         }
         let hidden = listed > 0 && !any_nonzero;
-        // Aliases share a start address (`_stext`/`_text`): keep the first listed.
-        entries.sort_by_key(|(a, _)| *a);
-        entries.dedup_by_key(|(a, _)| *a);
+        // Aliases share a start address (`_stext`/`_text`): keep the first listed (kallsyms is in address order
+        // already, which the stable sort's run detection makes cheap).
+        entries.sort_by_key(|&(addr, _)| addr);
+        entries.dedup_by_key(|&mut (addr, _)| addr);
         let mut ranges = Vec::with_capacity(entries.len());
-        for i in 0..entries.len() {
-            let start = entries[i].0;
+        for (i, &(start, line)) in entries.iter().enumerate() {
             let end = entries.get(i + 1).map_or(start.saturating_add(LAST_SYMBOL_SIZE), |next| next.0);
-            ranges.push(Range { start, end, value: entries[i].1.clone() });
+            ranges.push(Range { start, end, value: line });
         }
-        KernelSymbols { table: RangeTable::from_unsorted(ranges), hidden }
+        KernelSymbols { table: RangeTable::from_unsorted(ranges), text: text.into_boxed_str(), hidden }
+    }
+
+    /// A table of `(start, end, name, module)` entries (a capture's saved symbols).
+    pub fn from_entries<'a>(entries: impl IntoIterator<Item = (u64, u64, &'a str, &'a str)>, hidden: bool) -> Self {
+        let mut text = String::new();
+        let mut ranges = Vec::new();
+        for (start, end, name, module) in entries {
+            ranges.push(Range { start, end, value: text.len() as u32 });
+            text.push_str(&format!("{start:016x} t {name}\t{module}\n"));
+        }
+        KernelSymbols { table: RangeTable::from_unsorted(ranges), text: text.into(), hidden }
+    }
+
+    /// The symbol holding `addr`, its name capped as every name is ([`super::name_limit`]).
+    pub fn lookup(&self, addr: u64) -> Option<KernelSymbol> {
+        let r = self.table.lookup(addr)?;
+        let at = r.value as usize;
+        let end = memchr::memchr(b'\n', &self.text.as_bytes()[at..]).map_or(self.text.len(), |i| at + i);
+        let (_, _, name, module) = kallsyms_fields(&self.text[at..end])?;
+        let module = match module {
+            Some(m) if m.starts_with('[') && m.ends_with(']') => super::name_limit::cap_arc(m),
+            _ => Arc::from(KERNEL_MODULE),
+        };
+        Some(KernelSymbol { start: r.start, end: r.end, name: super::name_limit::cap_arc(name), module })
+    }
+
+    /// Every symbol, in address order (each read from its line as for a lookup).
+    pub fn iter(&self) -> impl Iterator<Item = KernelSymbol> + '_ {
+        self.table.iter().filter_map(|r| self.lookup(r.start))
+    }
+
+    pub fn len(&self) -> usize {
+        self.table.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty()
     }
 
     pub fn read_live() -> std::io::Result<KernelSymbols> {
         let mut text = String::new();
         std::io::Read::read_to_string(&mut crate::procfs::kallsyms()?, &mut text)?;
-        Ok(Self::parse(&text))
+        Ok(Self::parse_owned(text))
     }
 
     /// The copy of kallsyms that `perf record` saved in perf's build-id cache for the kernel with this build-id
@@ -97,9 +147,98 @@ impl KernelSymbols {
         }
         let mut text = String::new();
         file.take(MAX_LEN).read_to_string(&mut text).ok()?;
-        let symbols = Self::parse(&text);
-        (!symbols.hidden && !symbols.table.is_empty()).then_some(symbols)
+        let symbols = Self::parse_owned(text);
+        (!symbols.hidden && !symbols.is_empty()).then_some(symbols)
     }
+}
+
+/// Each byte's value as a hex digit, or 0xff.
+const HEX_DIGIT: [u8; 256] = {
+    let mut table = [0xff; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = match b as u8 {
+            d @ b'0'..=b'9' => d - b'0',
+            d @ b'a'..=b'f' => d - b'a' + 10,
+            d @ b'A'..=b'F' => d - b'A' + 10,
+            _ => 0xff,
+        };
+        b += 1;
+    }
+    table
+};
+
+/// The address, type and end of the line at `at` if it starts with the kernel's own layout, `%016lx %c ` and a
+/// name (over 100,000 lines per kallsyms: this is most of reading it); `None` for any other line, which is read by
+/// the general split. The line is found by a word-at-a-time search for its newline.
+fn fixed_line(bytes: &[u8], at: usize) -> Option<(u64, u8, usize)> {
+    let line = &bytes[at..];
+    if line.len() < 20 || line[16] != b' ' || line[18] != b' ' {
+        return None;
+    }
+    let (mut addr, mut bad) = (0u64, 0u8);
+    for &b in &line[..16] {
+        let digit = HEX_DIGIT[b as usize];
+        bad |= digit;
+        addr = addr << 4 | (digit & 0xf) as u64;
+    }
+    if bad == 0xff || !line[17].is_ascii_graphic() || !line[19].is_ascii_graphic() {
+        return None;
+    }
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const NEWLINES: u64 = ONES * b'\n' as u64;
+    let mut i = 20;
+    while i + 8 <= line.len() {
+        let word = u64::from_le_bytes(line[i..i + 8].try_into().unwrap()) ^ NEWLINES;
+        let zero = word.wrapping_sub(ONES) & !word & (ONES << 7);
+        if zero != 0 {
+            return Some((addr, line[17], at + i + zero.trailing_zeros() as usize / 8 + 1));
+        }
+        i += 8;
+    }
+    let end = line[i..].iter().position(|&b| b == b'\n').map_or(line.len(), |n| i + n);
+    Some((addr, line[17], at + end + 1))
+}
+
+/// A kallsyms address: hex digits (an optional `0x`), at most 16 of them.
+fn parse_address(text: &str) -> Option<u64> {
+    let digits = text.strip_prefix("0x").or_else(|| text.strip_prefix("0X")).unwrap_or(text).as_bytes();
+    if digits.is_empty() || digits.len() > 16 {
+        return None;
+    }
+    let mut value = 0u64;
+    for &d in digits {
+        let nibble = match d {
+            b'0'..=b'9' => d - b'0',
+            b'a'..=b'f' => d - b'a' + 10,
+            b'A'..=b'F' => d - b'A' + 10,
+            _ => return None,
+        };
+        value = value << 4 | nibble as u64;
+    }
+    Some(value)
+}
+
+/// The fields of a kallsyms line, `ADDRESS TYPE NAME [MODULE]`, split at whitespace (`None` with fewer than three).
+fn kallsyms_fields(line: &str) -> Option<(&str, &str, &str, Option<&str>)> {
+    if !line.is_ascii() {
+        let mut fields = line.split_whitespace();
+        return Some((fields.next()?, fields.next()?, fields.next()?, fields.next()));
+    }
+    // The same split on bytes: over 100,000 lines per kallsyms, this is most of reading it.
+    let bytes = line.as_bytes();
+    let mut at = 0;
+    let mut next = || {
+        while at < bytes.len() && bytes[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        let start = at;
+        while at < bytes.len() && !bytes[at].is_ascii_whitespace() {
+            at += 1;
+        }
+        (at > start).then(|| &line[start..at])
+    };
+    Some((next()?, next()?, next()?, next()))
 }
 
 #[cfg(test)]
@@ -120,7 +259,7 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
     fn lookups_name_kernel_and_module_code() {
         let k = KernelSymbols::parse(SAMPLE);
         assert!(!k.hidden);
-        let at = |a: u64| k.table.lookup(a).map(|r| (r.value.name.to_string(), r.value.module.to_string()));
+        let at = |a: u64| k.lookup(a).map(|s| (s.name.to_string(), s.module.to_string()));
         assert_eq!(at(0xffffffff81000010).unwrap().0, "_stext");
         assert_eq!(at(0xffffffff81001fff).unwrap().0, "do_one_initcall");
         // The data symbol is not code: the preceding function extends over it up to the next function.
@@ -133,24 +272,51 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
     }
 
     #[test]
+    fn fixed_layout_reads_as_the_whitespace_split() {
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut crate::procfs::kallsyms().unwrap(), &mut text).unwrap();
+        let odd = "ffffffff81000000 T name\t\nffffffff81000000 T name\t[mod] more\nffffffff81000000 T name [mod]\n\
+                   ffffffff81000000 T nämé\t[mod]\n fffffff81000000 T name\nffffffff81000000 TT name\n\
+                   ffffffff81000000  T name\nffffffff81000000 T  name\nffffffff8100000g T name\nffffffff81000000 T\n\
+                   ffffffff81000000 T x\r\nffffffff81000000 T a-very-long-name-that-spans-words\n";
+        for text in [text.as_str(), odd] {
+            let mut at = 0;
+            while at < text.len() {
+                let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+                let line = &text[at..end];
+                let mut split = line.split_whitespace();
+                let general = (split.next().and_then(parse_address), split.next(), split.next());
+                if let Some((addr, kind, next)) = fixed_line(text.as_bytes(), at) {
+                    assert_eq!(next, end + 1, "{line:?}");
+                    assert_eq!(general.0, Some(addr), "{line:?}");
+                    assert_eq!(general.1, Some(&line[17..18]), "{line:?}");
+                    assert_eq!(kind, line.as_bytes()[17], "{line:?}");
+                    assert!(general.2.is_some(), "{line:?}");
+                }
+                at = end + 1;
+            }
+        }
+    }
+
+    #[test]
     fn all_zero_addresses_mean_hidden() {
         let k = KernelSymbols::parse("0000000000000000 T _stext\n0000000000000000 t foo [mod]\n");
         assert!(k.hidden);
-        assert!(k.table.is_empty());
+        assert!(k.is_empty());
         assert!(!KernelSymbols::parse("").hidden);
     }
 
     #[test]
     fn garbage_lines_are_ignored() {
         let k = KernelSymbols::parse("zzz T x\nffffffff81000000\n\nffffffff81000000 T ok\n\u{0} \u{1}\n");
-        assert_eq!(k.table.len(), 1);
+        assert_eq!(k.len(), 1);
         assert!(!k.hidden);
     }
 
     #[test]
     fn live_kallsyms_parses() {
         let k = KernelSymbols::read_live().unwrap();
-        assert!(k.hidden || k.table.len() > 1000, "only {} kernel symbols", k.table.len());
+        assert!(k.hidden || k.len() > 1000, "only {} kernel symbols", k.len());
     }
 
     #[test]
@@ -158,8 +324,9 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0003);
         for input in rng.inputs(&[SAMPLE.as_bytes()], 3000) {
             let k = KernelSymbols::parse(&String::from_utf8_lossy(&input));
-            for r in k.table.iter() {
-                assert!(r.start < r.end);
+            assert_eq!(k.iter().count(), k.len());
+            for s in k.iter() {
+                assert!(s.start < s.end);
             }
         }
     }

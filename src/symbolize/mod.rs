@@ -29,6 +29,7 @@ mod random_inputs;
 mod ranges;
 mod sources;
 pub mod symbol_server;
+mod symbol_table;
 mod symbolizer;
 mod symbols_dir;
 pub mod unwind;

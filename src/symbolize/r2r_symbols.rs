@@ -15,10 +15,10 @@
 //! The image is read whole (it is parsed in memory; a copy, so a file truncated by its owner cannot fault us),
 //! capped at [`MAX_IMAGE_LEN`], and only when a sample hits it; names are built when a frame asks for them.
 
-use super::demangle::LazyName;
 use super::dso::FileHit;
 use super::r2r::{R2rImage, R2rMap};
 use super::ranges::RangeTable;
+use super::symbol_table::SymbolTable;
 use crate::fs::{input, Limit};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -42,7 +42,7 @@ pub enum R2rSymbols {
     /// The image file, parsed (boxed: the parsed metadata tables are large).
     Image { image: Box<R2rImage>, map: Option<R2rMap> },
     /// Ranges a capture saved: named methods and unnamed code blocks.
-    Captured { names: RangeTable<Arc<LazyName>>, functions: RangeTable<()> },
+    Captured { names: SymbolTable, functions: RangeTable<()> },
 }
 
 impl std::fmt::Debug for R2rSymbols {
@@ -97,7 +97,7 @@ impl R2rSymbols {
         match self {
             R2rSymbols::Image { image, map } => image_lookup(image, map.as_ref(), offset),
             R2rSymbols::Captured { names, functions } => match names.lookup(offset) {
-                Some(r) => FileHit::Symbol { start: r.start, end: r.end, name: r.value.get() },
+                Some((start, end, name)) => FileHit::Symbol { start, end, name },
                 None => match functions.lookup(offset) {
                     Some(r) => FileHit::Function { start: r.start, end: r.end },
                     None => FileHit::Nothing,

@@ -4,7 +4,6 @@
 
 use super::address_space::{FileId, MapKind, Mapping, Processes};
 use super::debug_search::{self, SearchReport, SearchRoots};
-use super::demangle::LazyName;
 use super::dso::{self, DsoSymbols};
 use super::elf::{self, ElfInfo, SymbolSource};
 use super::function_bounds::FunctionBounds;
@@ -15,7 +14,7 @@ use super::options::SymbolizeOptions;
 use super::perf_map::PerfMap;
 use super::proc_info::ProcessInfo;
 use super::r2r_symbols::{self, R2rSymbols};
-use super::ranges::RangeTable;
+use super::symbol_table::SymbolTable;
 use super::symbols_dir::{CapturedDir, CapturedDso, CapturedTable};
 use crate::fs::{input, Last, Limit, Root};
 use anyhow::Result;
@@ -65,6 +64,8 @@ pub struct Sources {
     opts: SymbolizeOptions,
     captured: Option<CapturedDir>,
     kernel: Option<Option<Arc<KernelSymbols>>>,
+    /// The live kernel symbols being read on a thread of their own (see [`prefetch_kernel`](Self::prefetch_kernel)).
+    kernel_prefetch: Option<std::thread::JoinHandle<Result<KernelSymbols, String>>>,
     dsos: HashMap<Arc<FileId>, Arc<DsoSymbols>>,
     jit: HashMap<u32, JitFiles>,
     /// `/proc` facts per pid, read once; `None` when the process is gone (or the PID now belongs to another
@@ -86,6 +87,7 @@ impl Sources {
             opts: opts.clone(),
             captured,
             kernel: None,
+            kernel_prefetch: None,
             dsos: HashMap::new(),
             jit: HashMap::new(),
             live_procs: HashMap::new(),
@@ -94,6 +96,19 @@ impl Sources {
             preopened: HashMap::new(),
             warnings: Warnings::default(),
         })
+    }
+
+    /// Starts reading the live kernel symbols on a thread of their own when the captured ones will not do (a
+    /// recording with kernel frames, named live): kallsyms is the largest source of names, and `/proc/kallsyms`
+    /// costs the kernel tens of milliseconds to format, time the naming of everything else can use.
+    pub fn prefetch_kernel(&mut self) {
+        let captured = self.captured.as_ref().is_some_and(|c| c.has_kernel());
+        if self.kernel.is_some() || self.kernel_prefetch.is_some() || captured || !self.opts.live {
+            return;
+        }
+        let perf_cache = self.build_ids.get(KERNEL_MODULE).filter(|_| self.same_kernel()).cloned();
+        let load = move || load_live_kernel(perf_cache.as_deref());
+        self.kernel_prefetch = std::thread::Builder::new().name("kallsyms".into()).spawn(load).ok();
     }
 
     pub fn kernel(&mut self) -> Option<Arc<KernelSymbols>> {
@@ -107,14 +122,15 @@ impl Sources {
                 Err(e) => self.warnings.warn(format!("captured kernel symbols unreadable: {e:#}")),
             }
         }
-        if loaded.is_none() && self.opts.live && self.same_kernel() {
-            // The recording names its kernel's build-id: perf's own saved copy of kallsyms for it, if any.
-            loaded = self.build_ids.get(KERNEL_MODULE).and_then(|id| KernelSymbols::from_perf_cache(id));
-        }
         if loaded.is_none() && self.opts.live {
-            match KernelSymbols::read_live() {
+            let perf_cache = self.build_ids.get(KERNEL_MODULE).filter(|_| self.same_kernel()).cloned();
+            let live = match self.kernel_prefetch.take() {
+                Some(thread) => thread.join().unwrap_or_else(|_| Err("reading kallsyms panicked".into())),
+                None => load_live_kernel(perf_cache.as_deref()),
+            };
+            match live {
                 Ok(k) => loaded = Some(k),
-                Err(e) => self.warnings.warn(format!("cannot read /proc/kallsyms ({e}): kernel frames stay unnamed")),
+                Err(e) => self.warnings.warn(e),
             }
         }
         if loaded.as_ref().is_some_and(|k| k.hidden) {
@@ -302,7 +318,7 @@ impl Sources {
         &self,
         entry: &CapturedDso,
         captured: &CapturedTable,
-    ) -> Option<(RangeTable<Arc<LazyName>>, std::path::PathBuf)> {
+    ) -> Option<(SymbolTable, std::path::PathBuf)> {
         let servers = self.opts.symbol_servers.as_ref()?;
         if captured.functions.is_empty() || captured.loads.is_empty() {
             return None;
@@ -423,6 +439,15 @@ impl Sources {
         let running = crate::procfs::read_setting("/proc/sys/kernel/osrelease").unwrap_or_default();
         self.recorded_release.as_deref().map_or(true, |r| r.trim() == running.trim())
     }
+}
+
+/// The running kernel's symbols: perf's own saved copy of kallsyms for the kernel with the build-id the recording
+/// names (`perf_cache`), if there is one, else `/proc/kallsyms`; the error is the warning to give.
+fn load_live_kernel(perf_cache: Option<&[u8]>) -> Result<KernelSymbols, String> {
+    if let Some(k) = perf_cache.and_then(KernelSymbols::from_perf_cache) {
+        return Ok(k);
+    }
+    KernelSymbols::read_live().map_err(|e| format!("cannot read /proc/kallsyms ({e}): kernel frames stay unnamed"))
 }
 
 /// Reads the file `name` in the folder of `image_path` (a path as the target sees it) through `root`, if it is a

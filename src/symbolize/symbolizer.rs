@@ -68,11 +68,12 @@ impl RangeName {
     }
 }
 
-/// A record to replay in time order.
-enum Replay {
-    Sample(u64),
-    Record(usize),
-}
+/// A record to replay in time order, packed in 64 bits (a long recording has millions): a sample's offset in the
+/// data section, or with this bit set the index of another record.
+const REPLAY_RECORD: u64 = 1 << 63;
+
+/// How many replayed records apart the pages behind the replay are dropped.
+const RELEASE_EVERY: usize = 4096;
 
 /// Cache key: (address space id, its generation, lookup address). Kernel addresses use space 0.
 type CacheKey = (u64, u64, u64);
@@ -233,28 +234,40 @@ impl Symbolizer {
     ) -> Result<SymbolizeStats> {
         self.add_build_ids(&reader.features().build_ids);
         self.sources.recorded_release = reader.features().osrelease.clone();
+        if reader.events().iter().any(|e| !e.attr.excludes_kernel()) {
+            self.sources.prefetch_kernel();
+        }
         for w in reader.warnings() {
             self.warn(format!("perf.data: {w}"));
         }
         let event_names: Vec<Arc<str>> = reader.events().iter().map(|e| super::name_limit::cap_arc(&e.name)).collect();
         // (time, what): samples by their offset in the data section (decoded again when replayed), other records
         // by their index in `records`.
-        let mut timeline: Vec<(u64, Replay)> = Vec::new();
+        let mut timeline: Vec<(u64, u64)> = Vec::new();
         let mut records: Vec<Record> = Vec::new();
         let mut last_time = 0u64;
         let mut lost = 0u64;
+        // In a big recording, the pages each pass has read are dropped as it goes (they come back from the file if
+        // needed), so that memory does not grow with the recording. A small one stays mapped: mapping its pages
+        // again would cost more than the memory they take.
+        let release = reader.header().data.size > RELEASE_ABOVE;
+        let mut released_to = 0u64;
         let mut read = reader.skim_records(|offset, r| {
+            if release && offset >= released_to + RELEASE_ABOVE {
+                reader.release_data_before(offset);
+                released_to = offset;
+            }
             match r {
                 Skimmed::Sample { time } => {
                     last_time = time;
-                    timeline.push((time, Replay::Sample(offset)));
+                    timeline.push((time, offset));
                 }
                 Skimmed::Record(r) => match &r {
                     Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
                         // Records without a time (no sample_id_all) keep their place after the previous one.
                         let t = r.time().unwrap_or(last_time);
                         last_time = t;
-                        timeline.push((t, Replay::Record(records.len())));
+                        timeline.push((t, REPLAY_RECORD | records.len() as u64));
                         records.push(r);
                     }
                     Record::Lost(l) => lost += l.lost,
@@ -267,25 +280,29 @@ impl Symbolizer {
         self.stats.lost_samples = lost;
         // Stable: records with equal times keep their file order.
         timeline.sort_by_key(|(t, _)| *t);
-        // In a big recording, the pages the first pass read are dropped, and those behind the replay as it moves
-        // on (records are written about in time order, so the lowest offset still to come keeps rising). A small
-        // one stays mapped: mapping its pages again would cost more than the memory they take.
-        let release = reader.header().data.size > RELEASE_ABOVE;
+        // The replay drops the pages behind it as it moves on (records are written about in time order, so the
+        // lowest offset still to come keeps rising).
         if release {
             reader.release_data_before(u64::MAX);
         }
-        let mut lowest_to_come = vec![u64::MAX; timeline.len() + 1];
-        for (i, (_, replay)) in timeline.iter().enumerate().rev() {
-            let offset = if let Replay::Sample(o) = replay { *o } else { u64::MAX };
-            lowest_to_come[i] = lowest_to_come[i + 1].min(offset);
-        }
-        for (i, (_, replay)) in timeline.iter().enumerate() {
-            if release && i % 4096 == 0 {
-                reader.release_data_before(lowest_to_come[i]);
+        // The lowest sample offset from each stretch of RELEASE_EVERY replayed records on.
+        let mut lowest_to_come = vec![u64::MAX; timeline.len() / RELEASE_EVERY + 1];
+        let mut lowest = u64::MAX;
+        for (i, &(_, replay)) in timeline.iter().enumerate().rev() {
+            if replay & REPLAY_RECORD == 0 {
+                lowest = lowest.min(replay);
             }
-            match replay {
-                Replay::Sample(offset) => {
-                    let Ok(Record::Sample(s)) = reader.record_at(*offset) else {
+            if i % RELEASE_EVERY == 0 {
+                lowest_to_come[i / RELEASE_EVERY] = lowest;
+            }
+        }
+        for (i, &(_, replay)) in timeline.iter().enumerate() {
+            if release && i % RELEASE_EVERY == 0 {
+                reader.release_data_before(lowest_to_come[i / RELEASE_EVERY]);
+            }
+            match replay & REPLAY_RECORD {
+                0 => {
+                    let Ok(Record::Sample(s)) = reader.record_at(replay) else {
                         // Located by the first pass, but its body does not decode.
                         read.records -= 1;
                         read.undecodable += 1;
@@ -295,7 +312,7 @@ impl Symbolizer {
                     let idx = reader.events().iter().position(|e| std::ptr::eq(e, ev)).unwrap_or(0);
                     f(self.resolve(&s, event_names[idx].clone()))?;
                 }
-                Replay::Record(i) => self.observe(&records[*i]),
+                _ => self.observe(&records[(replay & !REPLAY_RECORD) as usize]),
             }
         }
         // What only the replay needed goes now, before the stages that follow it take their memory.
@@ -497,14 +514,14 @@ impl Symbolizer {
             }
             return RangeName { symbol: Some(self.hidden_kernel.clone()), base: addr, ..unnamed };
         }
-        let Some(r) = k.table.lookup(addr) else { return unnamed };
+        let Some(symbol) = k.lookup(addr) else { return unnamed };
         if let Some(u) = &mut self.usage {
-            u.kernel.insert(r.start, (r.end, r.value.name.clone(), r.value.module.clone()));
+            u.kernel.insert(symbol.start, (symbol.end, symbol.name.clone(), symbol.module.clone()));
         }
         RangeName {
-            symbol: Some(r.value.name.clone()),
-            base: r.start,
-            module: r.value.module.clone(),
+            symbol: Some(symbol.name),
+            base: symbol.start,
+            module: symbol.module,
             kind: FrameKind::Kernel,
             unnamed_function: None,
         }

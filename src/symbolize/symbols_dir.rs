@@ -18,13 +18,13 @@
 //! libcoreclr symbol table of megabytes).
 
 use super::address_space::FileId;
-use super::demangle::LazyName;
 use super::dso::{DsoSymbols, FileHit};
 use super::elf::LoadSegment;
-use super::kallsyms::{KernelSymbol, KernelSymbols};
+use super::kallsyms::KernelSymbols;
 use super::name_limit;
 use super::perf_map::{parse_hex, parse_line};
 use super::ranges::{Range, RangeTable};
+use super::symbol_table::{SymbolTable, SymbolTableBuilder};
 use super::unwind::ModuleCfi;
 use crate::fs::{Dir, Limit};
 use anyhow::{Context, Result};
@@ -140,43 +140,40 @@ impl CapturedDir {
             anyhow::bail!("bad symbol file name {symfile:?} in {DSOS_FILE}");
         }
         let text = read_text(&self.dir, symfile)?.with_context(|| format!("{symfile} is missing"))?;
-        let (mut names, mut functions) = (Vec::new(), Vec::new());
+        let (mut names, mut functions) = (SymbolTableBuilder::new(false), Vec::new());
         let loads = text.lines().filter_map(|l| parse_load_line(l.strip_prefix(LOAD_PREFIX)?)).collect();
         for line in content_lines(&text) {
             if let Some((start, end, name)) = parse_line(line) {
-                names.push(Range { start, end, value: Arc::new(LazyName::plain(name_limit::cap_arc(name))) });
+                names.push(start, end, name);
             } else if let Some((start, end)) = parse_unnamed_line(line) {
                 functions.push(Range { start, end, value: () });
             }
         }
         Ok(CapturedTable {
-            names: RangeTable::from_unsorted(names),
+            names: names.build(),
             functions: RangeTable::from_unsorted(functions),
             managed: symfile.starts_with(MANAGED_PREFIX),
             loads,
         })
     }
 
+    /// Whether the capture saved kernel symbols.
+    pub fn has_kernel(&self) -> bool {
+        self.dir.kind(KERNEL_FILE).is_some()
+    }
+
     pub fn load_kernel(&self) -> Result<Option<KernelSymbols>> {
         let Some(text) = read_text(&self.dir, KERNEL_FILE)? else { return Ok(None) };
         let hidden = text.lines().any(|l| l.trim() == "# hidden");
-        let mut modules: HashMap<String, Arc<str>> = HashMap::new();
-        let ranges = content_lines(&text)
-            .filter_map(|line| {
-                let mut f = line.splitn(4, ' ');
-                let start = parse_hex(f.next()?)?;
-                let size = parse_hex(f.next()?)?;
-                let module = f.next()?;
-                let name = f.next()?.trim();
-                let module = modules.entry(module.to_string()).or_insert_with(|| name_limit::cap_arc(module)).clone();
-                Some(Range {
-                    start,
-                    end: start.checked_add(size)?,
-                    value: KernelSymbol { name: name_limit::cap_arc(name), module },
-                })
-            })
-            .collect();
-        Ok(Some(KernelSymbols { table: RangeTable::from_unsorted(ranges), hidden }))
+        let entries = content_lines(&text).filter_map(|line| {
+            let mut f = line.splitn(4, ' ');
+            let start = parse_hex(f.next()?)?;
+            let size = parse_hex(f.next()?)?;
+            let module = f.next()?;
+            let name = f.next()?.trim();
+            Some((start, start.checked_add(size)?, name, module))
+        });
+        Ok(Some(KernelSymbols::from_entries(entries, hidden)))
     }
 
     pub fn perf_map(&self, pid: u32) -> String {
@@ -204,7 +201,7 @@ impl CapturedDir {
 /// A saved symbol table: named ranges, unnamed functions, and whether the file is a ReadyToRun image.
 #[derive(Debug)]
 pub struct CapturedTable {
-    pub names: RangeTable<Arc<LazyName>>,
+    pub names: SymbolTable,
     pub functions: RangeTable<()>,
     pub managed: bool,
     /// The ELF file's PT_LOAD segments, saved when it had unnamed functions.
@@ -428,8 +425,8 @@ mod tests {
         let table = c.load_dso_table(entry.symfile.as_ref().unwrap()).unwrap();
         assert!(!table.managed);
         let names = &table.names;
-        assert_eq!(names.lookup(0x107f).unwrap().value.get().as_ref(), "WKS::gc_heap::mark_object_simple");
-        assert_eq!(names.lookup(0x2000).unwrap().value.get().as_ref(), "name with spaces");
+        assert_eq!(names.lookup(0x107f).unwrap().2.as_ref(), "WKS::gc_heap::mark_object_simple");
+        assert_eq!(names.lookup(0x2000).unwrap().2.as_ref(), "name with spaces");
         assert!(names.lookup(0x1080).is_none());
         assert!(names.lookup(0x3000).is_none());
         assert_eq!(table.functions.lookup(0x30ff).map(|r| (r.start, r.end)), Some((0x3000, 0x3100)));
@@ -439,15 +436,12 @@ mod tests {
         assert!(managed.starts_with("r2r-"), "{managed}");
         let table = c.load_dso_table(&managed).unwrap();
         assert!(table.managed);
-        assert_eq!(
-            table.names.lookup(0x5001).unwrap().value.get().as_ref(),
-            "int32 [System.Private.CoreLib] X::Y()[PreJIT]"
-        );
+        assert_eq!(table.names.lookup(0x5001).unwrap().2.as_ref(), "int32 [System.Private.CoreLib] X::Y()[PreJIT]");
         assert_eq!(table.functions.lookup(0x600f).map(|r| r.start), Some(0x6000));
         assert!(table.loads.is_empty());
         let k = c.load_kernel().unwrap().unwrap();
         assert!(!k.hidden);
-        let ext4 = &k.table.lookup(0xffffffffc0000005).unwrap().value;
+        let ext4 = k.lookup(0xffffffffc0000005).unwrap();
         assert_eq!((ext4.name.as_ref(), ext4.module.as_ref()), ("ext4_readdir", "[ext4]"));
         // Written files are never overwritten.
         assert!(write_usage(&out, &usage).is_err());

@@ -17,6 +17,7 @@ mod script_file;
 
 use crate::archive::tarball::{self, Segment, Tarball};
 use crate::fs::{Dir, Kind, Limit, Staging};
+use crate::perf_data::echoes::StackEchoes;
 use crate::perf_data::{PerfDataReader, Record};
 use crate::report::flamegraph::{self, FlameOptions};
 use crate::report::folded::Folded;
@@ -107,19 +108,39 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
 
     let (streamed, stats, mut archive, script_len, inputs_segments) = std::thread::scope(|scope| -> Result<_> {
         // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
-        // from the other stages.
-        let inputs_segments = spawn_named(scope, "archive-inputs", || -> Result<[Segment; 2]> {
+        // from the other stages. Each on its own thread: with stack copies, perf.data alone can take as long as
+        // naming every sample.
+        let mut echoes = StackEchoes::new(&reader, tarball::BLOCK as u64);
+        // perf.data's compressed segment can be hundreds of MB: kept in a nameless file until it joins the archive.
+        let spill_name = ".perf.data.deflate";
+        let spill_path = staging.dir().shown(spill_name);
+        let spill = staging
+            .dir()
+            .scratch_file(spill_name)
+            .with_context(|| format!("cannot create a scratch file in {}", staging.dir().path().display()))?;
+        let perf_data_segment = spawn_named(scope, "archive-perf-data", move || -> Result<Segment> {
             let started = Instant::now();
-            let perf_data = Segment::of_file(
-                Compression::fast(),
+            let segment = Segment::of_file(
                 Path::new(PERF_DATA_FILE),
                 perf_data_file,
                 perf_data_meta.len(),
                 tarball::mtime_of(&perf_data_meta),
+                |at, bytes, out| echoes.scan(at, bytes, out),
+                (spill, &spill_path),
             )?;
-            let naming = naming_segment(dir)?;
-            tracing::debug!("perf.data and naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
-            Ok([perf_data, naming])
+            tracing::debug!(
+                "perf.data compressed to {:.2} MB in {:.1?} ({})",
+                segment.compressed.size() as f64 / 1e6,
+                started.elapsed(),
+                thread_cpu()
+            );
+            Ok(segment)
+        })?;
+        let naming_segment = spawn_named(scope, "archive-naming", || -> Result<Segment> {
+            let started = Instant::now();
+            let segment = naming_segment(dir)?;
+            tracing::debug!("naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
+            Ok(segment)
         })?;
         // The perf_script.out of an earlier run is deleted as soon as this run has samples to show (not before: a
         // `-pid` that selects nothing keeps it), so that its deletion, the slowest file operation of a run (the
@@ -150,7 +171,10 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         let (archive, script_len) = compressed?;
         written?;
         let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
-        let inputs_segments = inputs_segments.join().map_err(|_| anyhow!("compressing perf.data panicked"))??;
+        let inputs_segments = [
+            perf_data_segment.join().map_err(|_| anyhow!("compressing perf.data panicked"))??,
+            naming_segment.join().map_err(|_| anyhow!("compressing the naming files panicked"))??,
+        ];
         Ok((streamed?, stats, archive, script_len, inputs_segments))
     })?;
     let Profile { folded, threads, facts, shown } = streamed;
@@ -287,7 +311,7 @@ fn naming_segment(dir: &Dir) -> Result<Segment> {
             (Naming::File(..), None) => continue,
         });
     }
-    Segment::of_entries(Compression::default(), &entries, false)
+    Segment::of_entries(Compression::fast(), &entries, false)
 }
 
 /// A file or folder of what names the frames (`symbols/`, or perf maps beside a `perf record` perf.data).

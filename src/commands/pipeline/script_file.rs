@@ -57,19 +57,27 @@ pub fn compress(
 ) -> Result<(Tarball, u64)> {
     let started = Instant::now();
     let mut deflater = RepeatDeflater::new();
-    let mut len = 0u64;
+    let (mut len, mut compressed) = (0u64, 0u64);
     for chunk in chunks {
         for (header, spans, stack) in chunk.samples() {
             deflater.feed(header, spans);
             deflater.feed_stack(stack);
         }
-        archive.write_streamed(&deflater.take_output())?;
+        let out = deflater.take_output();
+        compressed += out.len() as u64;
+        archive.write_streamed(&out)?;
         len += chunk.len as u64;
         let _ = recycle.send(chunk);
     }
     let (tail, crc) = deflater.finish();
+    compressed += tail.len() as u64;
     archive.end_streamed(&tail, &crc, len)?;
-    tracing::debug!("perf_script.out compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
+    tracing::debug!(
+        "perf_script.out compressed to {:.2} MB in {:.1?} ({})",
+        compressed as f64 / 1e6,
+        started.elapsed(),
+        thread_cpu()
+    );
     Ok((archive, len))
 }
 

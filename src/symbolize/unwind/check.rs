@@ -6,9 +6,9 @@
 //! never reached (or into the middle of one), so it is kept only if each FDE it points to is one the walk checked.
 
 use super::cfi::{CfiSection, ModuleCfi};
-use gimli::{BaseAddresses, CallFrameInstruction, CieOrFde, EhFrameHdr, EndianSlice, LittleEndian, Operation, Pointer};
-use gimli::{DebugFrame, EhFrame, UnwindSection};
-use std::collections::HashSet;
+use gimli::{BaseAddresses, CallFrameInstruction, CieOrFde, CommonInformationEntry, EhFrameHdr, EndianSlice};
+use gimli::{DebugFrame, EhFrame, LittleEndian, Operation, Pointer, UnwindSection};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 type Slice<'a> = EndianSlice<'a, LittleEndian>;
 
@@ -52,19 +52,40 @@ pub fn without_looping_expressions(mut cfi: ModuleCfi) -> (ModuleCfi, Vec<String
 /// Walks every entry of the section, checking the instructions of each CIE and FDE (and of the CIE each FDE names,
 /// wherever it is); returns the offsets of the FDEs checked. The walk stops where the section stops making sense, as
 /// framehop's own index of a section without `.eh_frame_hdr` does.
-fn checked_fdes<'a, S: UnwindSection<Slice<'a>>>(section: &S, bases: &BaseAddresses) -> Result<HashSet<u64>, String> {
-    let mut fdes = HashSet::new();
+fn checked_fdes<'a, S: UnwindSection<Slice<'a>>>(section: &S, bases: &BaseAddresses) -> Result<FxHashSet<u64>, String> {
+    let mut fdes = FxHashSet::default();
+    // CIEs by offset, each parsed and checked once (a section has a few, shared by thousands of FDEs).
+    let mut cies: FxHashMap<usize, Option<CommonInformationEntry<Slice<'a>>>> = FxHashMap::default();
+    let mut failure = None;
     let mut entries = section.entries(bases);
     while let Ok(Some(entry)) = entries.next() {
-        match entry {
-            CieOrFde::Cie(cie) => check_instructions(section, cie.instructions(section, bases))?,
-            CieOrFde::Fde(partial) => {
-                let Ok(fde) = partial.parse(|s, b, o| s.cie_from_offset(b, o)) else { continue };
-                check_instructions(section, fde.cie().instructions(section, bases))?;
-                check_instructions(section, fde.instructions(section, bases))?;
-                fdes.insert(fde.offset() as u64);
+        let partial = match entry {
+            CieOrFde::Cie(cie) => {
+                check_instructions(section, cie.instructions(section, bases))?;
+                cies.insert(cie.offset(), Some(cie));
+                continue;
             }
+            CieOrFde::Fde(partial) => partial,
+        };
+        let fde = partial.parse(|s, b, o| {
+            let cie = cies.entry(gimli::UnwindOffset::into(o)).or_insert_with(|| {
+                let cie = s.cie_from_offset(b, o).ok()?;
+                match check_instructions(section, cie.instructions(section, bases)) {
+                    Ok(()) => Some(cie),
+                    Err(why) => {
+                        failure = Some(why);
+                        None
+                    }
+                }
+            });
+            cie.clone().ok_or(gimli::Error::NoEntryAtGivenOffset(0))
+        });
+        if let Some(why) = failure {
+            return Err(why);
         }
+        let Ok(fde) = fde else { continue };
+        check_instructions(section, fde.instructions(section, bases))?;
+        fdes.insert(fde.offset() as u64);
     }
     Ok(fdes)
 }
@@ -96,7 +117,7 @@ fn check_instructions<'a, S: UnwindSection<Slice<'a>>>(
 }
 
 /// Whether every FDE the `.eh_frame_hdr` table points to is one of `fdes`.
-fn hdr_points_into(hdr: &CfiSection, fdes: &HashSet<u64>, bases: &BaseAddresses) -> Result<(), String> {
+fn hdr_points_into(hdr: &CfiSection, fdes: &FxHashSet<u64>, bases: &BaseAddresses) -> Result<(), String> {
     let parsed = EhFrameHdr::new(&hdr.data, LittleEndian).parse(bases, 8).map_err(|e| format!("unreadable: {e}"))?;
     let Some(table) = parsed.table() else { return Ok(()) };
     let Pointer::Direct(eh_frame) = parsed.eh_frame_ptr() else { return Err("an indirect .eh_frame pointer".into()) };

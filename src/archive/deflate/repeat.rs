@@ -1,178 +1,13 @@
-//! Deflate (RFC 1951) for the archive, in segments that are compressed independently and joined: each segment
-//! starts on a byte boundary and ends with a sync flush (an empty stored block), no segment refers back into
-//! another, and one final empty block ends the stream, so segments can be made on different threads, in any order,
-//! and written one after the other. The gzip member's CRC-32 is joined from the segments' (`crc32fast::Hasher::combine`).
-//!
-//! Two encoders:
-//! - [`RepeatDeflater`] for perf_script.out: that text is mostly repeats (the same stacks sample after sample), and
-//!   its writer already knows what repeats. Stack texts come with ids for their lines, tails and pieces, which
-//!   always stand for the same bytes ([`RepeatedText`]), so a recurrence within the window becomes a match without
-//!   comparing; the header lines come with [`Span`] keys, which are only hints (a byte comparison checks them).
-//!   Matches are extended while the text keeps repeating at the same distance, and written as fixed-Huffman
-//!   codes: no searching and no Huffman tables, many times faster than zlib's fastest level on such text, for an
-//!   output about as large.
-//! - [`deflate_segment`] (miniz, a normal compressor) for everything else (perf.data, the small text files).
+//! [`RepeatDeflater`]: perf_script.out's encoder, which takes its matches from the writer's repeat hints
+//! ([`crate::repeats`]) instead of searching for them (see the module docs of [`super`]).
 
+use super::fixed::{equal, put_literals, put_match, sync_flush, tables, BitWriter, Tables, MIN_MATCH, WINDOW};
 use crate::repeats::{RepeatedText, Span};
 use crc32fast::Hasher as Crc;
-use flate2::{Compress, Compression, FlushCompress};
 use std::collections::VecDeque;
 
-/// Farthest a match may point back.
-const WINDOW: usize = 32 * 1024;
-const MIN_MATCH: usize = 3;
-const MAX_MATCH: usize = 258;
 /// Slots of the tables of span keys and piece ids (a few hundred are live at a time: those within the window).
 const SLOT_BITS: u32 = 13;
-
-/// Little-endian bit packing, as deflate stores everything but Huffman codes (those are given here already
-/// bit-reversed).
-struct BitWriter {
-    out: Vec<u8>,
-    acc: u64,
-    bits: u32,
-}
-
-impl BitWriter {
-    fn new() -> Self {
-        BitWriter { out: Vec::with_capacity(1 << 16), acc: 0, bits: 0 }
-    }
-
-    /// Appends the low `count` (≤ 32) bits of `value`.
-    #[inline]
-    fn put(&mut self, value: u32, count: u32) {
-        self.acc |= (value as u64) << self.bits;
-        self.bits += count;
-        if self.bits >= 32 {
-            self.out.extend_from_slice(&(self.acc as u32).to_le_bytes());
-            self.acc >>= 32;
-            self.bits -= 32;
-        }
-    }
-
-    /// Pads with zero bits to the next byte boundary.
-    fn align(&mut self) {
-        while self.bits > 0 {
-            self.out.push(self.acc as u8);
-            self.acc >>= 8;
-            self.bits = self.bits.saturating_sub(8);
-        }
-        self.acc = 0;
-    }
-
-    /// The whole bytes written so far (the bits of an unfinished byte stay).
-    fn take_bytes(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.out)
-    }
-}
-
-/// A stored block: `bytes` (≤ 65535) as they are. Starts and ends on a byte boundary, so it can be replaced in
-/// place later by another of the same length (the archive's first tar header is written before its size is known).
-pub fn stored_block(bytes: &[u8]) -> Vec<u8> {
-    let len = u16::try_from(bytes.len()).expect("a stored block holds at most 65535 bytes");
-    let mut out = Vec::with_capacity(bytes.len() + 5);
-    // BFINAL=0, BTYPE=00, padded to the byte.
-    out.push(0);
-    out.extend_from_slice(&len.to_le_bytes());
-    out.extend_from_slice(&(!len).to_le_bytes());
-    out.extend_from_slice(bytes);
-    out
-}
-
-/// The last block of the stream: empty, fixed Huffman, BFINAL=1.
-pub const FINAL_BLOCK: [u8; 2] = [0x03, 0x00];
-
-/// A sync flush: the end of the current block and an empty stored block, which leaves the stream on a byte
-/// boundary.
-fn sync_flush(bits: &mut BitWriter) {
-    bits.put(0, 3);
-    bits.align();
-    bits.out.extend_from_slice(&[0x00, 0x00, 0xff, 0xff]);
-}
-
-/// One fixed-Huffman code, bit-reversed for the little-endian writer, with its length.
-#[derive(Clone, Copy, Default)]
-struct Code {
-    bits: u32,
-    len: u32,
-}
-
-fn reversed(code: u32, len: u32) -> Code {
-    Code { bits: code.reverse_bits() >> (32 - len), len }
-}
-
-/// The fixed literal/length code (RFC 1951 3.2.6).
-fn fixed_literal_code(symbol: u32) -> Code {
-    match symbol {
-        0..=143 => reversed(0x30 + symbol, 8),
-        144..=255 => reversed(0x190 + symbol - 144, 9),
-        256..=279 => reversed(symbol - 256, 7),
-        _ => reversed(0xc0 + symbol - 280, 8),
-    }
-}
-
-const LENGTH_BASE: [u32; 29] =
-    [3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 15, 17, 19, 23, 27, 31, 35, 43, 51, 59, 67, 83, 99, 115, 131, 163, 195, 227, 258];
-const LENGTH_EXTRA: [u32; 29] = [0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5, 5, 5, 5, 0];
-
-/// Codes for literals and for every match length and distance, code and extra bits joined.
-struct Tables {
-    literal: [Code; 256],
-    end_of_block: Code,
-    /// Index: match length (3..=258).
-    length: Vec<Code>,
-}
-
-fn tables() -> &'static Tables {
-    static TABLES: std::sync::OnceLock<Tables> = std::sync::OnceLock::new();
-    TABLES.get_or_init(|| {
-        let mut literal = [Code::default(); 256];
-        for (b, code) in literal.iter_mut().enumerate() {
-            *code = fixed_literal_code(b as u32);
-        }
-        let mut length = vec![Code::default(); MAX_MATCH + 1];
-        for (i, (&base, &extra)) in LENGTH_BASE.iter().zip(&LENGTH_EXTRA).enumerate() {
-            let code = fixed_literal_code(257 + i as u32);
-            for len in base..base + (1 << extra) {
-                if len as usize > MAX_MATCH || (len == 258 && i != 28) {
-                    break;
-                }
-                length[len as usize] = Code { bits: code.bits | (len - base) << code.len, len: code.len + extra };
-            }
-        }
-        Tables { literal, end_of_block: fixed_literal_code(256), length }
-    })
-}
-
-/// The distance code (5 bits, reversed) with its extra bits, for 1 ≤ `d` ≤ 32768.
-#[inline]
-fn distance_code(d: u32) -> Code {
-    let (code, extra, extra_value) = if d <= 4 {
-        (d - 1, 0, 0)
-    } else {
-        let d1 = d - 1;
-        let top = 31 - d1.leading_zeros(); // ≥ 2
-        let extra = top - 1;
-        (2 * top + ((d1 >> extra) & 1), extra, d1 & ((1 << extra) - 1))
-    };
-    let c = reversed(code, 5);
-    Code { bits: c.bits | extra_value << 5, len: 5 + extra }
-}
-
-/// Byte equality of short slices of the same length, eight bytes at a time (a library `memcmp` call costs more
-/// than the comparison for the few dozen bytes of a span).
-#[inline]
-fn equal(a: &[u8], b: &[u8]) -> bool {
-    debug_assert_eq!(a.len(), b.len());
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        if u64::from_ne_bytes(x.try_into().unwrap()) != u64::from_ne_bytes(y.try_into().unwrap()) {
-            return false;
-        }
-    }
-    ca.remainder().iter().zip(cb.remainder()).all(|(x, y)| x == y)
-}
 
 /// Where earlier text can be looked up while encoding: span keys' last positions and the bytes themselves.
 trait History {
@@ -237,33 +72,6 @@ fn encode(bits: &mut BitWriter, text: &[u8], spans: &[Span], start: u64, history
     debug_assert_eq!(at, text.len(), "spans must cover the text");
     if let Some((d, matched)) = pending {
         put_match(bits, t, d, matched);
-    }
-}
-
-#[inline]
-fn put_literals(bits: &mut BitWriter, t: &Tables, bytes: &[u8]) {
-    for &b in bytes {
-        let c = t.literal[b as usize];
-        bits.put(c.bits, c.len);
-    }
-}
-
-/// A match of any length ≥ 3, as several deflate matches of at most 258 bytes.
-fn put_match(bits: &mut BitWriter, t: &Tables, distance: u32, mut len: usize) {
-    let d = distance_code(distance);
-    while len > 0 {
-        // Never leave a tail shorter than a match can be.
-        let take = if len <= MAX_MATCH {
-            len
-        } else if len - MAX_MATCH < MIN_MATCH {
-            len - MIN_MATCH
-        } else {
-            MAX_MATCH
-        };
-        let l = t.length[take];
-        bits.put(l.bits, l.len);
-        bits.put(d.bits, d.len);
-        len -= take;
     }
 }
 
@@ -500,57 +308,11 @@ impl RepeatDeflater {
     }
 }
 
-/// A segment compressed by miniz (`level`), ending with a sync flush; returns it with the CRC of its input.
-pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, Crc) {
-    let mut d = Deflater::new(level);
-    for part in parts {
-        d.feed(part);
-    }
-    d.finish()
-}
-
-/// [`deflate_segment`] fed piece by piece.
-pub struct Deflater {
-    compress: Compress,
-    crc: Crc,
-    out: Vec<u8>,
-}
-
-impl Deflater {
-    pub fn new(level: Compression) -> Self {
-        Deflater { compress: Compress::new(level, false), crc: Crc::new(), out: Vec::with_capacity(1 << 16) }
-    }
-
-    pub fn feed(&mut self, part: &[u8]) {
-        self.crc.update(part);
-        let mut input = part;
-        while !input.is_empty() {
-            self.out.reserve(input.len() / 2 + 1024);
-            let before = self.compress.total_in();
-            self.compress
-                .compress_vec(input, &mut self.out, FlushCompress::None)
-                .expect("deflate cannot fail on memory");
-            input = &input[(self.compress.total_in() - before) as usize..];
-        }
-    }
-
-    pub fn finish(mut self) -> (Vec<u8>, Crc) {
-        loop {
-            self.out.reserve(1024);
-            let before = self.compress.total_out();
-            self.compress.compress_vec(&[], &mut self.out, FlushCompress::Sync).expect("deflate cannot fail on memory");
-            // Done when a flush call had room left over.
-            if self.compress.total_out() == before || self.out.len() < self.out.capacity() {
-                break;
-            }
-        }
-        (self.out, self.crc)
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::{deflate_segment, stored_block, FINAL_BLOCK};
     use super::*;
+    use flate2::Compression;
     use std::io::Read;
 
     fn inflate(stream: &[u8]) -> Vec<u8> {

@@ -1,0 +1,88 @@
+//! Deflate (RFC 1951) for the archive, in segments that are compressed independently and joined: each segment
+//! starts on a byte boundary and ends with a sync flush (an empty stored block), no segment refers back into
+//! another, and one final empty block ends the stream, so segments can be made on different threads, in any order,
+//! and written one after the other. The gzip member's CRC-32 is joined from the segments' (`crc32fast::Hasher::combine`).
+//!
+//! Two encoders:
+//! - [`RepeatDeflater`] for perf_script.out: that text is mostly repeats (the same stacks sample after sample), and
+//!   its writer already knows what repeats. Stack texts come with ids for their lines, tails and pieces, which
+//!   always stand for the same bytes ([`crate::repeats::RepeatedText`]), so a recurrence within the window becomes a match without
+//!   comparing; the header lines come with [`crate::repeats::Span`] keys, which are only hints (a byte comparison checks them).
+//!   Matches are extended while the text keeps repeating at the same distance, and written as fixed-Huffman
+//!   codes: no searching and no Huffman tables, many times faster than zlib's fastest level on such text, for an
+//!   output about as large.
+//! - [`deflate_segment`] (miniz, a normal compressor) for everything else (perf.data, the small text files).
+
+mod echo;
+mod fixed;
+mod repeat;
+
+pub use echo::EchoDeflater;
+pub use repeat::RepeatDeflater;
+
+use crc32fast::Hasher as Crc;
+use flate2::{Compress, Compression, FlushCompress};
+
+/// A stored block: `bytes` (≤ 65535) as they are. Starts and ends on a byte boundary, so it can be replaced in
+/// place later by another of the same length (the archive's first tar header is written before its size is known).
+pub fn stored_block(bytes: &[u8]) -> Vec<u8> {
+    let len = u16::try_from(bytes.len()).expect("a stored block holds at most 65535 bytes");
+    let mut out = Vec::with_capacity(bytes.len() + 5);
+    // BFINAL=0, BTYPE=00, padded to the byte.
+    out.push(0);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&(!len).to_le_bytes());
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// The last block of the stream: empty, fixed Huffman, BFINAL=1.
+pub const FINAL_BLOCK: [u8; 2] = [0x03, 0x00];
+
+/// A segment compressed by miniz (`level`), ending with a sync flush; returns it with the CRC of its input.
+pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, Crc) {
+    let mut d = Deflater::new(level);
+    for part in parts {
+        d.feed(part);
+    }
+    d.finish()
+}
+
+/// [`deflate_segment`] fed piece by piece.
+pub struct Deflater {
+    compress: Compress,
+    crc: Crc,
+    out: Vec<u8>,
+}
+
+impl Deflater {
+    pub fn new(level: Compression) -> Self {
+        Deflater { compress: Compress::new(level, false), crc: Crc::new(), out: Vec::with_capacity(1 << 16) }
+    }
+
+    pub fn feed(&mut self, part: &[u8]) {
+        self.crc.update(part);
+        let mut input = part;
+        while !input.is_empty() {
+            self.out.reserve(input.len() / 2 + 1024);
+            let before = self.compress.total_in();
+            self.compress
+                .compress_vec(input, &mut self.out, FlushCompress::None)
+                .expect("deflate cannot fail on memory");
+            input = &input[(self.compress.total_in() - before) as usize..];
+        }
+    }
+
+    pub fn finish(mut self) -> (Vec<u8>, Crc) {
+        loop {
+            self.out.reserve(1024);
+            let before = self.compress.total_out();
+            self.compress.compress_vec(&[], &mut self.out, FlushCompress::Sync).expect("deflate cannot fail on memory");
+            // Done when a flush call had room left over.
+            if self.compress.total_out() == before || self.out.len() < self.out.capacity() {
+                break;
+            }
+        }
+        (self.out, self.crc)
+    }
+}

@@ -1,0 +1,183 @@
+//! Where a perf.data repeats itself, told to its compressor as [`Echo`]s. With stack copies (`-call-graph
+//! auto|dwarf`, `perf record --call-graph dwarf`) nearly all of a recording is the copies, and a thread's copy
+//! repeats most of its previous one: the frames further out have not changed since. Both copies start at their
+//! stack pointer, so the bytes of one stack address lie at `copy start + (address − sp)` in each; the echo pairs the
+//! stack addresses both copies hold. (Measured on the .NET web API at 999–9999 Hz: 94–99 % of the copies' bytes
+//! repeat the thread's previous copy.)
+
+use super::abi::{RECORD_SAMPLE, REG_X86_SP};
+use super::reader::{PerfDataReader, SampleFormats};
+use super::records::HEADER_SIZE;
+use crate::repeats::Echo;
+use rustc_hash::FxHashMap;
+use std::ops::Range;
+
+/// Finds the echoes of a perf.data as it is read in order (see [`scan`](Self::scan)).
+pub struct StackEchoes {
+    formats: SampleFormats,
+    /// File offsets of the records.
+    data: Range<u64>,
+    /// Stream position of the file's first byte.
+    base: u64,
+    /// File offset of the next record to look at (`data.end` once there is nothing more to find).
+    next: u64,
+    /// Each thread's last stack copy.
+    last: FxHashMap<u32, StackCopy>,
+}
+
+#[derive(Clone, Copy)]
+struct StackCopy {
+    /// Stream position of its first byte.
+    at: u64,
+    sp: u64,
+    len: u64,
+}
+
+/// Shorter overlaps are left to the compressor's own search.
+const MIN_ECHO: u64 = 64;
+
+impl StackEchoes {
+    /// For the file `reader` reads, given to the compressor from stream position `base` on.
+    pub fn new(reader: &PerfDataReader, base: u64) -> StackEchoes {
+        let data = reader.data_range();
+        StackEchoes {
+            formats: reader.sample_formats().clone(),
+            next: data.start,
+            data,
+            base,
+            last: FxHashMap::default(),
+        }
+    }
+
+    /// `bytes` are the stream from position `at` on, the next to compress (they start where the bytes the last
+    /// call did not take started). Appends the echoes of the whole records among them, in order, to `out` and
+    /// returns how many of the bytes can be compressed now: all of them, or those before a record that continues
+    /// past them.
+    pub fn scan(&mut self, at: u64, bytes: &[u8], out: &mut Vec<Echo>) -> usize {
+        let end = at + bytes.len() as u64;
+        while self.next < self.data.end {
+            let record_at = self.base + self.next;
+            if record_at < at {
+                // Not given in order: find nothing more.
+                self.next = self.data.end;
+                break;
+            }
+            if record_at >= end {
+                break;
+            }
+            let i = (record_at - at) as usize;
+            let Some(header) = bytes.get(i..i + HEADER_SIZE) else { return i };
+            let size = u16::from_ne_bytes([header[6], header[7]]) as u64;
+            if size < HEADER_SIZE as u64 || self.next + size > self.data.end {
+                // A corrupt or cut record: nothing after it can be located.
+                self.next = self.data.end;
+                break;
+            }
+            let Some(record) = bytes.get(i..i + size as usize) else { return i };
+            if u32::from_ne_bytes(header[..4].try_into().unwrap()) == RECORD_SAMPLE {
+                self.sample(record_at, record, out);
+            }
+            self.next += size;
+        }
+        bytes.len()
+    }
+
+    fn sample(&mut self, record_at: u64, record: &[u8], out: &mut Vec<Echo>) {
+        let body = &record[HEADER_SIZE..];
+        let format = self.formats.for_sample(body);
+        let Ok(fields) = format.sample_fields(body) else { return };
+        let Some(user) = fields.user.filter(|u| !u.stack.is_empty()) else { return };
+        let Some(sp) = user.reg(format.regs_user_mask, REG_X86_SP) else { return };
+        let offset = user.stack.as_ptr() as u64 - record.as_ptr() as u64;
+        let copy = StackCopy { at: record_at + offset, sp, len: user.stack.len() as u64 };
+        let Some(previous) = self.last.insert(fields.tid, copy) else { return };
+        // The stack addresses both copies hold.
+        let low = copy.sp.max(previous.sp);
+        let high = copy.sp.saturating_add(copy.len).min(previous.sp.saturating_add(previous.len));
+        if high >= low + MIN_ECHO {
+            let len = u32::try_from(high - low).unwrap_or(u32::MAX);
+            out.push(Echo { at: copy.at + (low - copy.sp), from: previous.at + (low - previous.sp), len });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::abi::{REGS_ABI_64, SAMPLE_REGS_USER, SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME};
+    use crate::perf_data::{EventDesc, PerfDataWriter, Record, Sample, UserContext};
+
+    const MASK: u64 = 0xff_0fff;
+
+    /// A recording of two threads whose stacks (at fixed addresses) change only near the stack pointer.
+    fn recording(dir: &std::path::Path) -> Vec<(u32, u64, Vec<u8>)> {
+        let mut kernel_attr = perf_event_open_sys::bindings::perf_event_attr {
+            size: 128,
+            sample_type: (SAMPLE_TID | SAMPLE_TIME | SAMPLE_REGS_USER | SAMPLE_STACK_USER),
+            sample_regs_user: MASK,
+            ..Default::default()
+        };
+        kernel_attr.set_sample_id_all(1);
+        let attr = crate::perf_data::Attr::from_kernel(&kernel_attr);
+        let event = EventDesc { name: attr.event_name(), attr, ids: vec![] };
+        let dir = crate::fs::Dir::open(dir).unwrap();
+        let mut w = PerfDataWriter::create(&dir, "perf.data", vec![event]).unwrap();
+        let mut samples = Vec::new();
+        for i in 0..40u64 {
+            let tid = 100 + (i % 2) as u32;
+            let top = 0x7fff_0000u64 + tid as u64 * 0x10000;
+            let sp = top - 3000 + (i % 5) * 16;
+            // The same bytes at the same address from copy to copy, except for a few near the stack pointer.
+            let stack: Vec<u8> =
+                (sp..top).map(|a| (a.wrapping_mul(31) >> 3) as u8 ^ if a < sp + 40 { i as u8 } else { 0 }).collect();
+            let mut regs = vec![0u64; MASK.count_ones() as usize];
+            regs[7] = sp;
+            let user = UserContext { abi: REGS_ABI_64, mask: MASK, regs, stack: stack.clone() };
+            let s = Sample {
+                misc: 2,
+                id: None,
+                ip: 0x401000,
+                pid: 100,
+                tid,
+                time: i * 1000,
+                cpu: 0,
+                period: 1,
+                callchain: vec![],
+                user: Some(user),
+            };
+            w.write_record(&Record::Sample(s)).unwrap();
+            samples.push((tid, sp, stack));
+        }
+        w.finish(&Default::default()).unwrap();
+        samples
+    }
+
+    #[test]
+    fn echoes_pair_the_stack_addresses_of_a_threads_copies_in_any_reads() {
+        let dir = tempfile::tempdir().unwrap();
+        let samples = recording(dir.path());
+        let path = dir.path().join("perf.data");
+        let bytes = std::fs::read(&path).unwrap();
+        let reader = PerfDataReader::open(&path).unwrap();
+        for read_size in [bytes.len(), 4096, 1000, 97] {
+            let mut echoes = StackEchoes::new(&reader, 512);
+            let mut found = Vec::new();
+            let mut done = 0usize;
+            let mut read = 0usize;
+            while done < bytes.len() {
+                read = (read + read_size).min(bytes.len());
+                let taken = echoes.scan(512 + done as u64, &bytes[done..read], &mut found);
+                done += taken;
+            }
+            // Every copy after a thread's first echoes its previous one, and the bytes agree.
+            assert_eq!(found.len(), samples.len() - 2, "reads of {read_size}");
+            for e in &found {
+                let (at, from) = ((e.at - 512) as usize, (e.from - 512) as usize);
+                let n = e.len as usize;
+                assert!(n >= 2900, "{n}");
+                let differing = (0..n).filter(|&k| bytes[at + k] != bytes[from + k]).count();
+                assert!(differing <= 40, "{differing} of {n} bytes differ");
+            }
+        }
+    }
+}
