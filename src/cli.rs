@@ -20,11 +20,16 @@ Examples:
   profcpu collect -pid 1 -duration 10 -mode offcpu
   # on- and off-CPU time in one graph; one graph per thread with postprocess -per-thread
   profcpu collect -pid 1 -duration 10 -mode wall
+  # name the .NET runtime's own frames (libcoreclr.so) with debug files fetched by build-id
+  profcpu collect -pid 1 -symbol-server https://msdl.microsoft.com/download/symbols
 
-For .NET, start the app with DOTNET_PerfMapEnabled=1 (COMPlus_PerfMapEnabled=1 before
-.NET 5) so JIT-compiled methods get names. Each run writes <output>/HH-MM-SS_YYYY-MM-DD/
-with perf.data, perf_script.out, folded_stacks.out, flamegraph.svg and prof.tar.gz,
-and prints that folder as the last line of its output.";
+.NET 8 and later need no preparation: profcpu switches the running app's perf map on over
+its diagnostics socket for the run and off again afterwards, removing the files it made
+(-no-ipc leaves the runtime alone). Older runtimes (.NET Core 3.1, .NET 5-7) must be started
+with DOTNET_PerfMapEnabled=1 (COMPlus_PerfMapEnabled=1 on 3.1); a launched command gets it
+set. Each run writes <output>/HH-MM-SS_YYYY-MM-DD/ with perf.data, perf_script.out,
+folded_stacks.out, flamegraph.svg and prof.tar.gz, and prints that folder as the last line
+of its output.";
 
 const TRAP_EXAMPLES: &str = "\
 Examples:
@@ -59,7 +64,9 @@ Examples:
   # an archive copied from elsewhere; merge JIT tiers and hide kernel frames
   profcpu postprocess -dir prof.tar.gz -strip-tiers -no-kernel
   # a directory holding a perf.data from `perf record -g` (and perf-PID.map files)
-  profcpu postprocess -dir ./perf-record-output -per-thread";
+  profcpu postprocess -dir ./perf-record-output -per-thread
+  # name what the collection left unnamed in the .NET runtime, from Microsoft's symbol server
+  profcpu postprocess -dir profilings/14-03-22_2026-11-22 -symbol-server https://msdl.microsoft.com/download/symbols";
 
 #[derive(Debug, Parser)]
 #[command(
@@ -150,6 +157,11 @@ pub struct CollectOptions {
     #[arg(long, value_name = "PAGES", value_parser = parse_pages)]
     pub mmap_pages: Option<usize>,
 
+    /// Leave .NET runtimes as they are: do not switch a .NET 8+ app's perf map on over its diagnostics socket for
+    /// the run (and do not add DOTNET_PerfMapEnabled=1 to a launched command's environment).
+    #[arg(long)]
+    pub no_ipc: bool,
+
     #[command(flatten)]
     pub symbols: SymbolArgs,
 }
@@ -225,7 +237,7 @@ impl Scope {
 }
 
 /// Flags shared by everything that names frames.
-#[derive(Debug, Args, Clone, Default)]
+#[derive(Debug, Args, Clone)]
 pub struct SymbolArgs {
     /// Extra folder to search for debug files (like /usr/lib/debug); may be repeated.
     #[arg(long, value_name = "DIR")]
@@ -234,6 +246,20 @@ pub struct SymbolArgs {
     /// Use perf maps and jitdumps even when owned by a user other than root or the target's (they could lie).
     #[arg(long)]
     pub force_maps: bool,
+
+    /// Fetch missing debug files (e.g. libcoreclr.so.dbg of a stripped .NET runtime) by build-id from this symbol
+    /// server, asked in Microsoft's SSQP layout, then debuginfod's; may be repeated. Nothing is fetched without it.
+    /// Downloads are verified and cached in $XDG_CACHE_HOME/profcpu/symbols (else ~/.cache/profcpu/symbols).
+    #[arg(long = "symbol-server", value_name = "URL")]
+    pub symbol_servers: Vec<String>,
+
+    /// Also ask the debuginfod servers listed in DEBUGINFOD_URLS (not asked otherwise, even when it is set).
+    #[arg(long)]
+    pub debuginfod: bool,
+
+    /// Seconds a symbol server may take to connect, to answer, or stall while sending, before it is given up.
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = parse_duration)]
+    pub symbol_timeout: f64,
 }
 
 #[derive(Debug, Args)]

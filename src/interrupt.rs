@@ -293,6 +293,12 @@ pub fn publish<T, E>(publish: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
     Ok(published)
 }
 
+/// Whether a second signal asked the run to end as soon as perf.data and `symbols/` are complete: long work that
+/// only adds to them (downloads) stops early.
+pub fn abort_pending() -> bool {
+    lock().abort_pending.is_some()
+}
+
 /// The current stage.
 pub fn stage() -> Stage {
     lock().stage.clone()

@@ -1,7 +1,11 @@
 //! `record::dotnet_ipc` against real .NET runtimes (8.0.4 and Core 3.1 from `scripts/dotnet-runtime.sh`), on the
 //! host and in a "container" (own PID + mount namespace, private tmpfs on /tmp), and against hostile or broken
 //! peers served by the test itself: a socket that answers garbage, never answers or hangs up; symlinks planted at
-//! the socket's name or over the target's /tmp; a regular file or another user's socket in its place.
+//! the socket's name or over the target's /tmp; a regular file or another user's socket in its place. Then the same
+//! through the `profcpu` binary, as users meet it: `collect` on a runtime that cannot switch perf maps on, on broken
+//! peers, on a launched command, and `-all` over a PID namespace holding two .NET 8 processes.
+
+mod support;
 
 use profcpu::record::dotnet_ipc::{AlreadyOn, DotnetRuntime, IpcError, Lookup, PerfMapType};
 use profcpu::symbolize::parsers::JitDump;
@@ -14,6 +18,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use support::profcpu::{collect, finish_collect, Background, Collected};
+use support::scratch::Scratch;
+use support::webapi::OUTPUT_FILES;
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -29,8 +36,17 @@ public static class App {
     static long WhileEnabled(int n) { long s = 1; for (int i = 0; i < n; i++) s += i * 7 ^ (s >> 2); return s; }
     [MethodImpl(MethodImplOptions.NoInlining)]
     static long AfterDisable(int n) { long s = 2; for (int i = 0; i < n; i++) s += i * 5 ^ (s >> 1); return s; }
-    public static void Main() {
+    // Calls WhileEnabled for `millis` ms: CPU time in a JIT-compiled method of this app.
+    static long Spin(int millis) {
+        long r = 0;
+        var clock = System.Diagnostics.Stopwatch.StartNew();
+        while (clock.ElapsedMilliseconds < millis) r += WhileEnabled(100000);
+        return r;
+    }
+    // `spin MILLIS` on the command line: spin, then exit. Otherwise each stdin line names what to run.
+    public static void Main(string[] args) {
         Console.WriteLine("ready " + System.Diagnostics.Process.GetCurrentProcess().Id);
+        if (args.Length == 2 && args[0] == "spin") { Spin(int.Parse(args[1])); return; }
         string line;
         while ((line = Console.ReadLine()) != null) {
             long r = 0;
@@ -38,6 +54,7 @@ public static class App {
                 case "before": r = BeforeEnable(1000); break;
                 case "while": r = WhileEnabled(1000); break;
                 case "after": r = AfterDisable(1000); break;
+                case "spin": r = Spin(3000); break;
             }
             Console.WriteLine("done " + line.Trim() + " " + r);
         }
@@ -228,9 +245,14 @@ impl DotnetApp {
 
     /// Runs one of the app's methods and waits until it returned.
     fn call(&mut self, what: &str) {
+        self.send(what);
+        self.wait_for(&format!("done {what} "));
+    }
+
+    /// Starts one of the app's methods without waiting for it.
+    fn send(&mut self, what: &str) {
         writeln!(self.stdin, "{what}").unwrap();
         self.stdin.flush().unwrap();
-        self.wait_for(&format!("done {what} "));
     }
 
     /// The host path of a file in the app's /tmp (through its root: a container's /tmp is private).
@@ -425,6 +447,25 @@ fn pause_binary() -> &'static Path {
     })
 }
 
+/// A static program that burns CPU until killed, so that a collection of it has samples.
+fn spin_binary() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = work_root().join("spin");
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = "int main(void) { volatile unsigned long n = 0; for (;;) n++; }\n";
+        std::fs::write(dir.join("spin.c"), source).unwrap();
+        let out = Command::new("gcc")
+            .args(["-static", "-O1", "-o"])
+            .arg(dir.join("spin"))
+            .arg(dir.join("spin.c"))
+            .output()
+            .expect("cannot run gcc (scripts/setup-deps.sh installs it)");
+        assert!(out.status.success(), "gcc -static failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        dir.join("spin")
+    })
+}
+
 /// A process chrooted into a directory of the test's: its root (`/proc/PID/root`) is `root`.
 struct FakeTarget {
     child: Child,
@@ -438,11 +479,20 @@ impl FakeTarget {
     }
 
     fn with_env(name: &str, env: &[(&str, &str)]) -> FakeTarget {
+        FakeTarget::running(name, pause_binary(), env)
+    }
+
+    /// A fake target that keeps a CPU busy.
+    fn spinning(name: &str) -> FakeTarget {
+        FakeTarget::running(name, spin_binary(), &[])
+    }
+
+    fn running(name: &str, program: &Path, env: &[(&str, &str)]) -> FakeTarget {
         let base = work_root().join(format!("fake-{name}"));
         let _ = std::fs::remove_dir_all(&base);
         let root = base.join("root");
         std::fs::create_dir_all(root.join("tmp")).unwrap();
-        std::fs::copy(pause_binary(), root.join("pause")).unwrap();
+        std::fs::copy(program, root.join("pause")).unwrap();
         let child = Command::new("chroot")
             .arg(&root)
             .arg("/pause")
@@ -711,4 +761,280 @@ fn a_process_without_runtime_or_socket_is_not_dotnet() {
     let target = FakeTarget::new("plain");
     assert!(matches!(DotnetRuntime::find(target.pid()).unwrap(), Lookup::NotDotnet));
     assert!(DotnetRuntime::find(u32::MAX - 1).is_err());
+}
+
+// ---- Through the profcpu binary. ----
+
+/// The lines profcpu printed as warnings.
+fn warnings(c: &Collected) -> Vec<&str> {
+    c.stderr.lines().filter(|l| l.starts_with("profcpu: warning:")).collect()
+}
+
+/// The value of `key` in the run's metadata.txt.
+fn metadata(c: &Collected, key: &str) -> String {
+    let text = std::fs::read_to_string(c.run_dir.join("metadata.txt")).unwrap();
+    text.lines().find_map(|l| l.strip_prefix(&format!("{key}: "))).map(String::from).unwrap_or_default()
+}
+
+fn assert_outputs_complete(c: &Collected) {
+    for name in OUTPUT_FILES {
+        let len = std::fs::metadata(c.run_dir.join(name)).map(|m| m.len()).unwrap_or(0);
+        assert!(len > 0, "expected a non-empty {name} in {}; profcpu said:\n{}", c.run_dir.display(), c.stderr);
+    }
+}
+
+fn collect_for(pid: u32, seconds: &str, work: &Scratch) -> Collected {
+    collect(&["-pid", &pid.to_string(), "-duration", seconds, "-output", work.join("out").to_str().unwrap()])
+}
+
+/// What is listening at the runtime's socket name is not a runtime: one line naming the socket and what went
+/// wrong, and the collection completes (for a peer that never answers, once the IPC time limit has passed).
+#[test]
+fn collect_past_a_socket_that_is_not_a_runtime_says_so_in_one_line() {
+    for (peer_kind, behaviour, want) in [
+        ("garbage", Behaviour::Garbage, "does not start with DOTNET_IPC_V1"),
+        ("silent", Behaviour::Silent, "did not answer within 3.0 s"),
+        ("hang-up", Behaviour::HangUp, "connection"),
+    ] {
+        let work = Scratch::new("ipc-collect-peer");
+        let target = FakeTarget::spinning("cp");
+        let socket = target.socket_name(target.start_time());
+        let peer = Peer::serve(&target.root.join("tmp").join(&socket), behaviour);
+        let started = Instant::now();
+        let c = collect_for(target.pid(), "1", &work);
+        let elapsed = started.elapsed();
+        let lines = warnings(&c);
+        assert!(
+            lines.len() == 1 && lines[0].contains(want) && lines[0].contains(&socket),
+            "expected one warning naming {socket} and {want:?}, got:\n{}",
+            c.stderr
+        );
+        assert_outputs_complete(&c);
+        assert!(metadata(&c, "jit_names").starts_with(&format!("PID {}: none: ", target.pid())), "{}", c.stderr);
+        assert_eq!(peer.connections(), 1, "expected one connection: no DisablePerfMap for what was never on");
+        assert!(elapsed < Duration::from_secs(12), "collect took {elapsed:?}");
+        eprintln!("{peer_kind} peer: collect took {elapsed:.1?}: {}", lines[0]);
+    }
+}
+
+/// .NET Core 3.1 (no EnablePerfMap) and a .NET 8 app started with `DOTNET_EnableDiagnostics=0` (no socket): one
+/// line each saying how to get names; nothing is written into their /tmp.
+#[test]
+fn collect_on_runtimes_that_cannot_switch_says_how_to_get_names() {
+    type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], [&'a str; 2]);
+    let cases: [Case; 2] = [
+        ("3.1", &[], ["(3.1.23) cannot switch perf maps on while running", "COMPlus_PerfMapEnabled=1"]),
+        ("8", &[("DOTNET_EnableDiagnostics", "0")], ["DOTNET_EnableDiagnostics=0", "DOTNET_PerfMapEnabled=1"]),
+    ];
+    for (version, env, want) in cases {
+        let work = Scratch::new("ipc-collect-cannot");
+        let mut app = DotnetApp::start(version, false, env);
+        app.send("spin");
+        let c = collect_for(app.host_pid, "1", &work);
+        let lines = warnings(&c);
+        assert!(
+            lines.len() == 1 && want.iter().all(|w| lines[0].contains(w)),
+            ".NET {version}: expected one warning with {want:?}, got:\n{}",
+            c.stderr
+        );
+        assert_outputs_complete(&c);
+        assert!(metadata(&c, "jit_names").contains(want[0]), "{}", metadata(&c, "jit_names"));
+        for name in ["perf", "jit"] {
+            let found = std::fs::read_dir(format!("/proc/{}/root/tmp", app.host_pid))
+                .unwrap()
+                .flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with(&format!("{name}-{}", app.nspid)));
+            assert!(!found, ".NET {version}: a {name} file appeared in the app's /tmp");
+        }
+    }
+}
+
+/// `collect -- dotnet App.dll`: the command gets DOTNET_PerfMapEnabled=1, its methods are named, and the files it
+/// wrote because of that are gone after the run; with -no-ipc it gets nothing and writes nothing.
+#[test]
+fn a_launched_command_gets_the_variable_and_its_files_go_after_the_run() {
+    let work = Scratch::new("ipc-command");
+    let run = |extra: &[&str]| {
+        let mut cmd = Command::new(support::PROFCPU);
+        cmd.args(["collect", "-duration", "30", "-output", work.join("out").to_str().unwrap()])
+            .args(extra)
+            .arg("--")
+            .arg(runtime_dir("8").join("dotnet"))
+            .arg(app_dll("8"))
+            .args(["spin", "1500"])
+            .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
+            .env_remove("DOTNET_PerfMapEnabled")
+            .env_remove("COMPlus_PerfMapEnabled");
+        finish_collect(cmd.output().unwrap())
+    };
+    let tmp_files = |pid: &str| {
+        ["perf", "perfinfo", "jit"]
+            .iter()
+            .map(|kind| format!("/tmp/{kind}-{pid}.{}", if *kind == "jit" { "dump" } else { "map" }))
+            .filter(|p| Path::new(p).exists())
+            .collect::<Vec<_>>()
+    };
+
+    let c = run(&[]);
+    let pid = metadata(&c, "pid");
+    assert_eq!(
+        metadata(&c, "jit_names"),
+        format!("PID {pid}: DOTNET_PerfMapEnabled=1 set in its environment by profcpu")
+    );
+    assert!(warnings(&c).is_empty(), "{}", c.stderr);
+    let saved = std::fs::read_to_string(c.run_dir.join(format!("symbols/perf-{pid}.map"))).unwrap_or_default();
+    assert!(saved.contains("App::WhileEnabled"), "expected the command's perf map saved with App::WhileEnabled");
+    let folded = std::fs::read_to_string(c.run_dir.join("folded_stacks.out")).unwrap();
+    assert!(folded.contains("App::WhileEnabled"), "expected App::WhileEnabled named in the profile:\n{folded}");
+    assert_eq!(tmp_files(&pid), Vec::<String>::new(), "the command's perf map files were left in /tmp");
+
+    let c = run(&["-no-ipc"]);
+    let pid = metadata(&c, "pid");
+    assert_eq!(metadata(&c, "jit_names"), "left alone (-no-ipc)");
+    let folded = std::fs::read_to_string(c.run_dir.join("folded_stacks.out")).unwrap();
+    assert!(!folded.contains("App::WhileEnabled"), "-no-ipc: the command was named all the same");
+    assert!(!c.run_dir.join(format!("symbols/perf-{pid}.map")).exists(), "-no-ipc: the command wrote a perf map");
+}
+
+/// `collect -all` in a PID namespace (so that it meets only the processes of this test) with two .NET 8 apps: the
+/// one started without perf maps is switched on for the run and its files go; the one started with
+/// `DOTNET_PerfMapEnabled=1` is left as it is, files and all. Both are named.
+#[test]
+fn collect_all_switches_on_every_dotnet_process_that_needs_it() {
+    let work = Scratch::new("ipc-all");
+    let script = r#"mount -t tmpfs tmpfs /tmp || exit 2
+DOTNET_SYSTEM_GLOBALIZATION_INVARIANT=1 "$DOTNET" "$DLL" spin 30000 >/dev/null & plain=$!
+DOTNET_SYSTEM_GLOBALIZATION_INVARIANT=1 DOTNET_PerfMapEnabled=1 "$DOTNET" "$DLL" spin 30000 >/dev/null & on=$!
+i=0
+until ls /tmp/dotnet-diagnostic-$plain-*-socket /tmp/dotnet-diagnostic-$on-*-socket >/dev/null 2>&1; do
+    i=$((i + 1)); [ $i -gt 600 ] && exit 3; sleep 0.1
+done
+sleep 0.5
+echo "pids: $plain $on" >&2
+"$PROFCPU" collect -all -duration 1.5 -output "$OUT" || exit 4
+echo "left: $(ls /tmp | tr '
+' ' ')" >&2
+kill $plain $on"#;
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--kill-child", "--mount", "--mount-proc", "--propagation", "private"])
+        .args(["sh", "-c", script])
+        .env("DOTNET", runtime_dir("8").join("dotnet"))
+        .env("DLL", app_dll("8"))
+        .env("PROFCPU", support::PROFCPU)
+        .env("OUT", work.join("out"))
+        .env_remove("DOTNET_PerfMapEnabled")
+        .env_remove("COMPlus_PerfMapEnabled")
+        .output()
+        .unwrap();
+    let c = finish_collect(out);
+    let pids: Vec<String> = c
+        .stderr
+        .lines()
+        .find_map(|l| l.strip_prefix("pids: "))
+        .unwrap_or_else(|| panic!("{}", c.stderr))
+        .split_whitespace()
+        .map(String::from)
+        .collect();
+    let (plain, on) = (&pids[0], &pids[1]);
+    let left = c.stderr.lines().find_map(|l| l.strip_prefix("left: ")).unwrap_or_default().to_string();
+    let jit_names = metadata(&c, "jit_names");
+    for want in [
+        format!("PID {plain}: perf map switched on over the .NET diagnostics IPC for the run, off again after"),
+        format!("PID {on}: perf map on already (its environment has DOTNET_PerfMapEnabled=1)"),
+    ] {
+        assert!(jit_names.contains(&want), "expected {want:?} in jit_names: {jit_names}\n{}", c.stderr);
+    }
+    for name in [format!("perf-{on}.map"), format!("perfinfo-{on}.map"), format!("jit-{on}.dump")] {
+        assert!(left.split(' ').any(|f| f == name), "expected the app with perf maps on to keep {name}: {left}");
+    }
+    for name in [format!("perf-{plain}.map"), format!("perfinfo-{plain}.map"), format!("jit-{plain}.dump")] {
+        assert!(!left.split(' ').any(|f| f == name), "expected {name} of the switched-on app removed: {left}");
+    }
+    let script = std::fs::read_to_string(c.run_dir.join("perf_script.out")).unwrap();
+    for pid in [plain, on] {
+        let named = script.split("\n\n").any(|s| s.contains(&format!(" {pid}/")) && s.contains("App::WhileEnabled"));
+        assert!(named, "expected samples of PID {pid} named App::WhileEnabled\n{}", c.stderr);
+    }
+}
+
+/// A collection that ends early still switches the perf map off and removes the files: stopped by SIGTERM (outputs
+/// complete), by two SIGINTs (the second ends it once perf.data and symbols/ are complete), or by the app's own exit.
+/// Afterwards a method the app compiles is written nowhere, not even into the jitdump the runtime keeps open.
+#[test]
+fn runs_cut_short_switch_the_perf_map_off_and_leave_no_files() {
+    for (case, signals, kill_app) in [
+        ("SIGTERM", &[libc::SIGTERM][..], false),
+        ("two SIGINTs", &[libc::SIGINT, libc::SIGINT], false),
+        ("app exit", &[], true),
+    ] {
+        let work = Scratch::new("ipc-cut-short");
+        let mut app = DotnetApp::start("8", false, &[]);
+        app.call("before");
+        app.send("spin");
+        let out = work.join("out");
+        let run = Background::start(&[
+            "collect",
+            "-pid",
+            &app.host_pid.to_string(),
+            "-duration",
+            "60",
+            "-output",
+            out.to_str().unwrap(),
+        ]);
+        let map = app.tmp_file(&format!("perf-{}.map", app.nspid));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !map.exists() {
+            assert!(Instant::now() < deadline, "{case}: the perf map was never switched on");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        std::thread::sleep(Duration::from_millis(500));
+        for &signal in signals {
+            run.signal(signal);
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        if kill_app {
+            kill_all(app.host_pid, &[app.host_pid]);
+        }
+        let done = run.finish(Duration::from_secs(60));
+        let files: Vec<PathBuf> = ["perf", "perfinfo", "jit"]
+            .iter()
+            .map(|kind| {
+                PathBuf::from(format!("/tmp/{kind}-{}.{}", app.nspid, if *kind == "jit" { "dump" } else { "map" }))
+            })
+            .filter(|p| p.exists())
+            .collect();
+        assert!(files.is_empty(), "{case}: left {files:?}; profcpu said:\n{}", done.stderr);
+        let run_dir = out.join(std::fs::read_dir(&out).unwrap().next().unwrap().unwrap().file_name());
+        let saved =
+            std::fs::read_to_string(run_dir.join(format!("symbols/perf-{}.map", app.host_pid))).unwrap_or_default();
+        assert!(saved.contains("App::BeforeEnable"), "{case}: the perf map was not saved before it was removed");
+        match case {
+            "two SIGINTs" => assert_eq!(done.status.code(), Some(130), "{}", done.stderr),
+            _ => {
+                assert!(done.status.success(), "{case}: {}", done.stderr);
+                for name in OUTPUT_FILES {
+                    assert!(run_dir.join(name).is_file(), "{case}: no {name}:\n{}", done.stderr);
+                }
+            }
+        }
+        if !kill_app {
+            app.call("after");
+            let fds = std::fs::read_dir(format!("/proc/{}/fd", app.host_pid)).unwrap();
+            for fd in fds.flatten() {
+                let target = std::fs::read_link(fd.path()).unwrap_or_default();
+                if target.to_string_lossy().contains(&format!("jit-{}.dump", app.nspid)) {
+                    let names = JitDump::parse(&std::fs::read(fd.path()).unwrap())
+                        .codes()
+                        .iter()
+                        .map(|c| c.name.to_string())
+                        .collect::<Vec<_>>();
+                    assert_eq!(count_named(&names, "App::AfterDisable"), 0, "{case}: written after the run");
+                }
+            }
+        }
+        eprintln!(
+            "{case}: {}",
+            done.stderr.lines().filter(|l| l.starts_with("profcpu:")).collect::<Vec<_>>().join(" | ")
+        );
+    }
 }

@@ -40,7 +40,7 @@ fn collect(api: &Api, mode: &str, work: &Scratch) -> Profile {
 fn a_waiting_route_is_off_cpu_and_shares_the_wall_clock_as_measured() {
     let _cpu = exclusive();
     let work = Scratch::new("offcpu-webapi");
-    let api = Api::on_host_with(&work, "8");
+    let api = Api::on_host(&work);
     // Three collections and their outputs fit in this.
     let seconds = WARM_UP.as_secs() as u32 + 3 * (SECONDS + 6);
     let waits = Load::start(&api, "wait", seconds, CONNECTIONS);

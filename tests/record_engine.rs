@@ -170,7 +170,9 @@ fn all_mode_samples_every_process_and_synthesizes_them() {
     let _others: Vec<Busy> = (1..online.len()).map(|_| Busy::start(&["--seconds", "30"])).collect();
     let scratch = Scratch::new("engine-all");
     let out = scratch.path.clone();
-    let c = collect(&["-all", "-duration", "1.5", "-output", out.to_str().unwrap()]);
+    // -no-ipc: this is about the engine; other .NET processes on the machine (other tests') keep their perf maps
+    // as they are.
+    let c = collect(&["-all", "-no-ipc", "-duration", "1.5", "-output", out.to_str().unwrap()]);
     let rec = Recording::read(&c.perf_data());
     let pids: HashSet<u32> = rec.samples().map(|s| s.pid).collect();
     assert!(pids.contains(&busy.info.pid), "the busy process was not sampled; pids: {pids:?}");

@@ -1,17 +1,22 @@
 //! `symbolize::symbol_server` against HTTP servers run by the test on 127.0.0.1: debug files split off real
 //! binaries with `objcopy --only-keep-debug` / `strip` (a C program compiled here, and .NET Core 3.1's
 //! libcoreclr.so, which still has its symbols) served in the SSQP and debuginfod layouts; wrong build-ids, 404s,
-//! oversized bodies, redirects and a server that never answers.
+//! oversized bodies, redirects and a server that never answers. Then through the `profcpu` binary: `collect
+//! -symbol-server` on a stripped program, and the same bad servers costing one line each.
 
-use object::{Object, ObjectSymbol};
+mod support;
+
 use profcpu::symbolize::symbol_server::SymbolServers;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use support::profcpu::{finish_collect, Collected};
+use support::symbol_server::{
+    build_id_of, file_offset, function_names, function_starts, hex, publish, run, split, symbol_address, Serve, Server,
+    Split,
+};
+use support::webapi::{parse_perf_script, OUTPUT_FILES};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -41,47 +46,6 @@ fn scratch(name: &str) -> PathBuf {
     dir
 }
 
-fn run(cmd: &mut Command) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {cmd:?} (scripts/setup-deps.sh installs it): {e}"));
-    assert!(out.status.success(), "{cmd:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
-}
-
-/// A binary split the way distributions and Microsoft ship it: the stripped binary and its debug file.
-struct Split {
-    stripped: PathBuf,
-    debug: PathBuf,
-    build_id: Vec<u8>,
-}
-
-fn build_id_of(path: &Path) -> Vec<u8> {
-    let data = std::fs::read(path).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    file.build_id().unwrap().unwrap_or_else(|| panic!("{} has no build-id", path.display())).to_vec()
-}
-
-fn function_names(path: &Path) -> Vec<String> {
-    let data = std::fs::read(path).unwrap();
-    let file = object::File::parse(&*data).unwrap();
-    file.symbols()
-        .filter(|s| s.kind() == object::SymbolKind::Text)
-        .filter_map(|s| s.name().ok().map(String::from))
-        .collect()
-}
-
-fn split(binary: &Path, dir: &Path) -> Split {
-    let name = binary.file_name().unwrap().to_str().unwrap();
-    let (stripped, debug) = (dir.join(name), dir.join(format!("{name}.dbg")));
-    if binary != stripped {
-        std::fs::copy(binary, &stripped).unwrap();
-    }
-    run(Command::new("objcopy").arg("--only-keep-debug").arg(&stripped).arg(&debug));
-    run(Command::new("strip").arg("--strip-all").arg(&stripped));
-    let build_id = build_id_of(&stripped);
-    assert_eq!(build_id_of(&debug), build_id);
-    assert!(function_names(&stripped).is_empty(), "strip left symbols in {}", stripped.display());
-    Split { stripped, debug, build_id }
-}
-
 /// A C program compiled here (`variant` changes its code and so its build-id), split.
 fn c_program(variant: u32) -> &'static Split {
     static BUILT: OnceLock<Mutex<Vec<(u32, &'static Split)>>> = OnceLock::new();
@@ -105,151 +69,6 @@ fn c_program(variant: u32) -> &'static Split {
     let split: &'static Split = Box::leak(Box::new(split(&binary, &dir)));
     built.push((variant, split));
     split
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Places `debug` in `tree` where a server of `layout` serves the debug file for `build_id`.
-fn publish(tree: &Path, layout: &str, build_id: &[u8], debug: &Path) {
-    let relative = match layout {
-        "ssqp" => {
-            let mut padded = build_id.to_vec();
-            padded.resize(padded.len().max(20), 0);
-            format!("_.debug/elf-buildid-sym-{}/_.debug", hex(&padded))
-        }
-        "debuginfod" => format!("buildid/{}/debuginfo", hex(build_id)),
-        other => panic!("unknown layout {other}"),
-    };
-    let path = tree.join(relative);
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::copy(debug, path).unwrap();
-}
-
-#[derive(Clone)]
-enum Serve {
-    /// Files under a directory; 404 for anything else.
-    Tree(PathBuf),
-    /// `bytes` bytes of body for every request, announced in Content-Length or not.
-    Huge { bytes: u64, announce: bool },
-    /// Accepts, never answers.
-    Silent,
-    /// 302 to the same path on another server.
-    Redirect(String),
-}
-
-/// An HTTP/1.1 server on 127.0.0.1 (one connection at a time, `Connection: close`), logging request paths.
-struct Server {
-    url: String,
-    requests: Arc<Mutex<Vec<String>>>,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Server {
-    fn start(serve: Serve) -> Server {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-        let (requests, stop) = (Arc::new(Mutex::new(Vec::new())), Arc::new(AtomicBool::new(false)));
-        let (requests2, stop2) = (requests.clone(), stop.clone());
-        let thread = std::thread::spawn(move || {
-            let mut held = Vec::new();
-            while !stop2.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((stream, _)) => {
-                        stream.set_nonblocking(false).unwrap();
-                        if let Some(stream) = respond(stream, &serve, &requests2) {
-                            held.push(stream);
-                        }
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }
-        });
-        Server { url, requests, stop, thread: Some(thread) }
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.requests.lock().unwrap().clone()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn respond(mut stream: TcpStream, serve: &Serve, log: &Mutex<Vec<String>>) -> Option<TcpStream> {
-    stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    // Tells a TLS ClientHello (record type 0x16) from HTTP without waiting for a line that may never come.
-    let mut first = [0u8; 1];
-    stream.read_exact(&mut first).ok()?;
-    if first[0] != b'G' {
-        log.lock().unwrap().push(format!("non-HTTP first byte {:#04x}", first[0]));
-        return None;
-    }
-    let mut reader = BufReader::new(stream.try_clone().unwrap());
-    let mut request_line = String::from("G");
-    reader.read_line(&mut request_line).ok()?;
-    loop {
-        let mut header = String::new();
-        if reader.read_line(&mut header).ok()? == 0 || header == "\r\n" {
-            break;
-        }
-    }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/").to_string();
-    log.lock().unwrap().push(path.clone());
-    match serve {
-        Serve::Silent => return Some(stream),
-        Serve::Tree(root) => {
-            let file = root.join(path.trim_start_matches('/'));
-            match (path.contains(".."), std::fs::read(&file)) {
-                (false, Ok(body)) => {
-                    let head =
-                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
-                    let _ = stream.write_all(head.as_bytes()).and_then(|_| stream.write_all(&body));
-                }
-                _ => {
-                    let _ =
-                        stream.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-                }
-            }
-        }
-        Serve::Huge { bytes, announce } => {
-            let length = if *announce { format!("Content-Length: {bytes}\r\n") } else { String::new() };
-            let head = format!("HTTP/1.1 200 OK\r\n{length}Connection: close\r\n\r\n");
-            if stream.write_all(head.as_bytes()).is_ok() {
-                // An ELF magic first, so only the size can be the reason for refusing it.
-                let mut chunk = vec![0u8; 64 << 10];
-                chunk[..4].copy_from_slice(b"\x7fELF");
-                let mut sent = 0;
-                while sent < *bytes {
-                    let n = chunk.len().min((*bytes - sent) as usize);
-                    if stream.write_all(&chunk[..n]).is_err() {
-                        break;
-                    }
-                    sent += n as u64;
-                    chunk[..4].fill(0);
-                }
-            }
-        }
-        Serve::Redirect(to) => {
-            let head =
-                format!("HTTP/1.1 302 Found\r\nLocation: {to}{path}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-            let _ = stream.write_all(head.as_bytes());
-        }
-    }
-    let _ = stream.flush();
-    let _ = stream.shutdown(std::net::Shutdown::Write);
-    // Drain what the client still sends so the close is orderly.
-    let _ = stream.read(&mut [0u8; 16]);
-    None
 }
 
 fn servers(urls: &[&str], cache: &Path) -> SymbolServers {
@@ -326,21 +145,22 @@ fn a_file_with_another_build_id_is_refused() {
     let (wanted, other) = (c_program(3), c_program(5));
     assert_ne!(wanted.build_id, other.build_id);
     let dir = scratch("wrong-id");
-    // The server claims to have `wanted` but serves the other program's debug file (and, in the other layout, a
-    // text file).
-    publish(&dir.join("tree"), "ssqp", &wanted.build_id, &other.debug);
+    // One server claims to have `wanted` but serves the other program's debug file; another serves a text file.
+    publish(&dir.join("wrong"), "ssqp", &wanted.build_id, &other.debug);
     let text = dir.join("not-elf");
     std::fs::write(&text, "<html>hello</html>").unwrap();
-    publish(&dir.join("tree"), "debuginfod", &wanted.build_id, &text);
-    let server = Server::start(Serve::Tree(dir.join("tree")));
+    publish(&dir.join("text"), "debuginfod", &wanted.build_id, &text);
+    let (wrong, html) = (Server::start(Serve::Tree(dir.join("wrong"))), Server::start(Serve::Tree(dir.join("text"))));
     let cache = dir.join("cache");
-    let symbols = servers(&[&server.url], &cache);
+    let symbols = servers(&[&wrong.url, &html.url], &cache);
     assert_eq!(symbols.fetch_debug_file(&wanted.build_id, "probe").unwrap(), None);
     let notices = symbols.take_notices();
     eprintln!("{notices:#?}");
     assert_eq!(notices.len(), 2, "{notices:?}");
-    assert!(notices[0].contains(&server.url) && notices[0].contains(&hex(&other.build_id)), "{notices:?}");
+    assert!(notices[0].contains(&wrong.url) && notices[0].contains(&hex(&other.build_id)), "{notices:?}");
     assert!(notices[1].contains("not an ELF file"), "{notices:?}");
+    // The server that served a wrong file is not asked in its other layout.
+    assert_eq!(wrong.requests().len(), 1, "{:?}", wrong.requests());
     assert!(cache_entries(&cache).is_empty(), "refused files left in the cache: {:?}", cache_entries(&cache));
 }
 
@@ -352,10 +172,16 @@ fn missing_files_are_none_and_not_asked_again() {
     let server = Server::start(Serve::Tree(dir.join("tree")));
     let symbols = servers(&[&server.url], &dir.join("cache"));
     assert_eq!(symbols.fetch_debug_file(&program.build_id, "probe").unwrap(), None);
-    assert!(symbols.take_notices().is_empty(), "a 404 is not worth a warning");
+    // The user asked for it: one line says that no server has it.
+    let notices = symbols.take_notices();
+    assert!(
+        notices.len() == 1 && notices[0].contains(&hex(&program.build_id)) && notices[0].contains(&server.url),
+        "{notices:?}"
+    );
     assert_eq!(server.requests().len(), 2);
     assert_eq!(symbols.fetch_debug_file(&program.build_id, "probe").unwrap(), None);
     assert_eq!(server.requests().len(), 2, "a known miss was asked for again");
+    assert!(symbols.take_notices().is_empty(), "a known miss was reported again");
 }
 
 #[test]
@@ -402,7 +228,7 @@ fn oversized_bodies_are_refused_without_leftovers() {
         assert_eq!(symbols.fetch_debug_file(&program.build_id, "probe").unwrap(), None);
         let notices = symbols.take_notices();
         eprintln!("{notices:#?}");
-        assert!(!notices.is_empty() && notices.iter().all(|n| n.contains("byte limit")), "{notices:?}");
+        assert!(notices.len() == 1 && notices[0].contains("byte limit"), "{notices:?}");
         assert!(cache_entries(&cache).is_empty(), "left in the cache: {:?}", cache_entries(&cache));
     }
 }
@@ -467,4 +293,190 @@ fn https_goes_through_rustls() {
     assert!(!notices.is_empty() && notices[0].contains(&url), "{notices:?}");
     eprintln!("TLS to a plain server: {}", notices[0]);
     assert_eq!(server.requests(), ["non-HTTP first byte 0x16"], "no TLS handshake reached the server");
+}
+
+// ---- Through the profcpu binary. ----
+
+/// The function a sample of [`spinning_program`] lands in nearly always.
+const SPIN_FUNCTION: &str = "profcpu_symbol_server_spin";
+
+/// A C program that spends ~1.2 s in [`SPIN_FUNCTION`] and exits, split into a stripped binary and its debug file.
+fn spinning_program() -> &'static Split {
+    static BUILT: OnceLock<Split> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let dir = work_root().join("spinner");
+        std::fs::create_dir_all(&dir).unwrap();
+        let source = dir.join("spinner.c");
+        std::fs::write(
+            &source,
+            format!(
+                "#include <stdio.h>\n#include <time.h>\n\
+                 __attribute__((noinline)) unsigned long {SPIN_FUNCTION}(unsigned long n) {{\n\
+                 volatile unsigned long s = 0; for (unsigned long i = 0; i < n; i++) s += i ^ (s >> 3); return s; }}\n\
+                 int main(void) {{ struct timespec a, b; unsigned long r = 0; clock_gettime(CLOCK_MONOTONIC, &a);\n\
+                 do {{ r += {SPIN_FUNCTION}(1000000); clock_gettime(CLOCK_MONOTONIC, &b); }}\n\
+                 while ((b.tv_sec - a.tv_sec) * 1000 + (b.tv_nsec - a.tv_nsec) / 1000000 < 1200);\n\
+                 printf(\"%lu\\n\", r); return 0; }}\n"
+            ),
+        )
+        .unwrap();
+        let binary = dir.join("spinner");
+        run(Command::new("gcc").args(["-g", "-O1", "-Wl,--build-id=sha1", "-o"]).arg(&binary).arg(&source));
+        let split = split(&binary, &dir);
+        // Not beside the binary, where profcpu would find it (as `spinner.dbg`) without any server.
+        let debug = work_root().join("spinner-debug-file");
+        std::fs::rename(&split.debug, &debug).unwrap();
+        Split { debug, ..split }
+    })
+}
+
+/// `profcpu collect -duration 20 -freq 499 [extra] -- spinner` with its symbol cache in `cache` and no DEBUGINFOD_URLS.
+fn collect_spinner(extra: &[&str], out: &Path, cache: &Path) -> Collected {
+    let program = spinning_program();
+    let mut cmd = Command::new(support::PROFCPU);
+    cmd.args(["collect", "-duration", "20", "-freq", "499", "-output", out.to_str().unwrap()])
+        .args(extra)
+        .arg("--")
+        .arg(&program.stripped)
+        .env("XDG_CACHE_HOME", cache)
+        .env_remove("DEBUGINFOD_URLS");
+    finish_collect(cmd.output().unwrap())
+}
+
+/// The labels of the spinner's own frames in a run's perf_script.out: all of them, and the leaves.
+fn spinner_frames(c: &Collected) -> (Vec<String>, Vec<String>) {
+    let module = spinning_program().stripped.to_str().unwrap().to_string();
+    let script = std::fs::read_to_string(c.run_dir.join("perf_script.out")).unwrap();
+    let samples = parse_perf_script(&script);
+    let ours = |f: &&support::webapi::Frame| f.module == module;
+    let all = samples.iter().flat_map(|s| &s.frames).filter(ours).map(|f| f.symbol.clone()).collect();
+    let leaves = samples.iter().filter_map(|s| s.frames.first()).filter(ours).map(|f| f.symbol.clone()).collect();
+    (all, leaves)
+}
+
+fn warnings(c: &Collected) -> Vec<&str> {
+    c.stderr.lines().filter(|l| l.starts_with("profcpu: warning:")).collect()
+}
+
+#[test]
+fn collect_names_a_stripped_program_from_a_symbol_server_only_when_asked() {
+    let program = spinning_program();
+    let dir = scratch("collect-named");
+    publish(&dir.join("tree"), "debuginfod", &program.build_id, &program.debug);
+    let server = Server::start(Serve::Tree(dir.join("tree")));
+    let cache = dir.join("cache");
+
+    // Not asked: nothing is fetched; the spinner's frames are one per function, at its start.
+    let plain = collect_spinner(&[], &dir.join("out"), &cache);
+    assert!(server.requests().is_empty(), "fetched without -symbol-server: {:?}", server.requests());
+    let spin_offset = file_offset(&program.stripped, symbol_address(&program.debug, SPIN_FUNCTION).unwrap()).unwrap();
+    assert!(function_starts(&program.stripped).contains(&spin_offset), "{SPIN_FUNCTION} has no .eh_frame entry");
+    let unnamed = format!("spinner+{spin_offset:#x}");
+    let (frames, leaves) = spinner_frames(&plain);
+    let starts = function_starts(&program.stripped);
+    let elsewhere: Vec<&String> = frames
+        .iter()
+        .filter(|f| {
+            f.strip_prefix("spinner+0x")
+                .and_then(|o| u64::from_str_radix(o, 16).ok())
+                .is_none_or(|o| !starts.contains(&o))
+        })
+        .collect();
+    assert!(elsewhere.is_empty(), "expected every spinner frame at a function start (.eh_frame), not {elsewhere:?}");
+    let at_spin = leaves.iter().filter(|f| **f == unnamed).count();
+    assert!(
+        leaves.len() >= 50 && at_spin * 10 >= leaves.len() * 9,
+        "expected >= 90% of the samples in {unnamed} (the start of {SPIN_FUNCTION}), got {at_spin} of {}",
+        leaves.len()
+    );
+
+    // Asked: named from the fetched file; no warning.
+    let named = collect_spinner(&["-symbol-server", &server.url], &dir.join("out"), &cache);
+    let (_, leaves) = spinner_frames(&named);
+    let by_name = leaves.iter().filter(|f| *f == SPIN_FUNCTION).count();
+    assert!(
+        leaves.len() >= 50 && by_name * 10 >= leaves.len() * 9,
+        "expected >= 90% of the samples named {SPIN_FUNCTION}, got {by_name} of {}:\n{}",
+        leaves.len(),
+        named.stderr
+    );
+    assert!(warnings(&named).is_empty(), "{}", named.stderr);
+    assert!(cache.join(format!("profcpu/symbols/{}.debug", hex(&program.build_id))).is_file());
+
+    // The run made without it is named afterwards by `postprocess -symbol-server`, from what it saved.
+    std::fs::remove_dir_all(&cache).unwrap();
+    let out = Command::new(support::PROFCPU)
+        .args(["postprocess", "-symbol-server", &server.url, "-dir"])
+        .arg(&plain.run_dir)
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (_, leaves) = spinner_frames(&plain);
+    let by_name = leaves.iter().filter(|f| *f == SPIN_FUNCTION).count();
+    assert!(
+        by_name * 10 >= leaves.len() * 9,
+        "expected postprocess -symbol-server to name >= 90% of the samples {SPIN_FUNCTION}, got {by_name} of {}: {}",
+        leaves.len(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // The names were saved: postprocess needs neither the server nor the cache.
+    drop(server);
+    std::fs::remove_dir_all(&cache).unwrap();
+    let folded = std::fs::read_to_string(named.run_dir.join("folded_stacks.out")).unwrap();
+    let out = Command::new(support::PROFCPU).args(["postprocess", "-dir"]).arg(&named.run_dir).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(std::fs::read_to_string(named.run_dir.join("folded_stacks.out")).unwrap(), folded);
+}
+
+/// A symbol server that misbehaves costs one line naming it and what it did; the collection completes with every
+/// output, the program's frames grouped per function as without a server.
+#[test]
+fn bad_symbol_servers_cost_one_line_and_the_collection_completes() {
+    let program = spinning_program();
+    let dir = scratch("collect-bad");
+    publish(&dir.join("wrong"), "ssqp", &program.build_id, &c_program(5).debug);
+    std::fs::create_dir_all(dir.join("empty")).unwrap();
+    let cases = [
+        ("wrong build-id", Serve::Tree(dir.join("wrong")), "discarded: its build-id is"),
+        ("404", Serve::Tree(dir.join("empty")), "no debug file for spinner"),
+        ("huge body", Serve::Huge { bytes: 600 << 20, announce: true }, "byte limit"),
+        ("no answer", Serve::Silent, "timed out"),
+    ];
+    for (case, serve, want) in cases {
+        let server = Server::start(serve);
+        let started = Instant::now();
+        let c = collect_spinner(
+            &["-symbol-server", &server.url, "-symbol-timeout", "1"],
+            &dir.join("out"),
+            &dir.join(format!("cache-{}", case.replace(' ', "-"))),
+        );
+        let lines = warnings(&c);
+        assert!(
+            lines.len() == 1 && lines[0].contains(want) && lines[0].contains(&server.url),
+            "{case}: expected one warning naming {} and {want:?}, got:\n{}",
+            server.url,
+            c.stderr
+        );
+        for name in OUTPUT_FILES {
+            assert!(c.run_dir.join(name).is_file(), "{case}: no {name}:\n{}", c.stderr);
+        }
+        assert!(spinner_frames(&c).0.iter().all(|f| f.starts_with("spinner+0x")), "{case}: named from a bad server");
+        eprintln!("{case}: {:.1?}: {}", started.elapsed(), lines[0]);
+    }
+    // An address nothing listens on.
+    let c = collect_spinner(&["-symbol-server", "http://127.0.0.1:9"], &dir.join("out"), &dir.join("cache-refused"));
+    let lines = warnings(&c);
+    assert!(lines.len() == 1 && lines[0].contains("http://127.0.0.1:9"), "{}", c.stderr);
+    // A URL that is not one is refused before anything is made.
+    let out = Command::new(support::PROFCPU)
+        .args(["collect", "-symbol-server", "msdl.microsoft.com", "-output"])
+        .arg(dir.join("refused"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.lines().count() == 1 && stderr.contains("http://"), "{stderr}");
+    assert!(!dir.join("refused").exists() || std::fs::read_dir(dir.join("refused")).unwrap().next().is_none());
 }

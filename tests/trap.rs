@@ -108,7 +108,7 @@ fn webapi_idle_then_loaded_then_idle_again() {
     let _cpu = exclusive();
     let _favoured = favoured();
     let work = Scratch::new("trap-webapi");
-    let api = Api::on_host_with(&work, "8");
+    let api = Api::on_host(&work);
     let pid = api.host_pid().to_string();
     let (above_out, below_out) = (work.join("above"), work.join("below"));
     let mut above = background(&format!("trap -pid {pid} -cpu-above 50 -for 2 -duration 3 -output {}", s(&above_out)));

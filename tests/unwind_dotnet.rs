@@ -1,10 +1,13 @@
 //! A .NET 8 thread on the CPU inside libc (a P/Invoke of libc's qsort with a managed comparator,
 //! `tests/data/unwind/QsortApp.cs`): with the default stack copies its libc stacks reach the managed caller, the
 //! thread's start method and libc's `clone3`; the kernel's frame-pointer chains of the same recording stop in libc.
+//! Off the CPU (`-mode offcpu`), a thread blocked in `Monitor.Wait` and `Thread.Sleep` has switch-out stacks that
+//! reach from libc's wait to the managed method that waited and the thread's start method.
 
 mod support;
 
 use support::dotnet::Dotnet;
+use support::offcpu::{stacks, weight};
 use support::profcpu::{collect, postprocess_ok, read};
 use support::running_app::{exclusive, RunningApp};
 use support::scratch::Scratch;
@@ -39,7 +42,10 @@ fn dotnet_stacks_inside_libc_reach_the_managed_caller_and_the_thread_start() {
     let out = dir.join("profilings");
     let pid = app.pid().to_string();
     let run = collect(&["-pid", &pid, "-duration", "5", "-freq", "199", "-output", out.to_str().unwrap()]);
+    let off_cpu = collect(&["-pid", &pid, "-duration", "3", "-mode", "offcpu", "-output", out.to_str().unwrap()]);
     drop(app);
+    assert!(!off_cpu.stderr.contains("warning"), "{}", off_cpu.stderr);
+    blocked_stacks_reach_the_waiting_method_and_the_thread_start(&read(&off_cpu.run_dir.join("folded_stacks.out")));
     assert!(!run.stderr.contains("warning"), "{}", run.stderr);
 
     let script = read(&run.run_dir.join("perf_script.out"));
@@ -60,5 +66,30 @@ fn dotnet_stacks_inside_libc_reach_the_managed_caller_and_the_thread_start() {
         (fp_main as f64) < 0.5 * fp.len() as f64,
         "frame pointers alone reach SpinMain in {fp_main} of {} libc stacks",
         fp.len()
+    );
+}
+
+/// The waiter thread's blocked time (µs), in Monitor.Wait (50 ms) and Thread.Sleep (20 ms) by turns: at least 95%
+/// of it is in stacks that reach the managed method that waited and libc's `clone3`, each of the two waits with its
+/// share; the Monitor.Wait stacks reach the thread's start method (WaitMain) as well. (The Thread.Sleep ones lose it
+/// once `Nap` is recompiled at tier 1 without a frame: `push rax; mov edi, 20; call [Sleep]` leaves rbp pointing at
+/// WaitMain's frame, so the frame-pointer step out of Nap lands in WaitMain's caller — JIT code has no CFI to say
+/// otherwise.)
+fn blocked_stacks_reach_the_waiting_method_and_the_thread_start(folded: &str) {
+    let waiter: Vec<_> = stacks(folded).into_iter().filter(|s| s.thread() == "waiter" && !s.runnable()).collect();
+    let total = weight(&waiter, |_| true);
+    assert!(total >= 1_000_000, "only {total} µs of the waiter's blocked time in 3 s:\n{folded}");
+    let mut complete = 0;
+    for (caller, start) in [("App::BlockOnMonitor", "App::WaitMain"), ("App::Nap", "")] {
+        let reaching = weight(&waiter, |s| s.has_part(caller) && s.has_part(start) && s.has("clone3"));
+        assert!(
+            reaching as f64 >= 0.15 * total as f64,
+            "{reaching} of the waiter's {total} µs blocked reach {caller}, {start} and clone3:\n{folded}"
+        );
+        complete += reaching;
+    }
+    assert!(
+        complete as f64 >= 0.95 * total as f64,
+        "{complete} of the waiter's {total} µs blocked reach the waiting method and clone3:\n{folded}"
     );
 }

@@ -31,7 +31,7 @@ fn reaches_thread_start(s: &Sample) -> bool {
 fn stack_copies_never_shorten_a_stack_and_reach_thread_starts_more_often() {
     let _cpu = exclusive();
     let work = Scratch::new("unwind-webapi");
-    let api = Api::on_host_with(&work, "8");
+    let api = Api::on_host(&work);
     let _cpu_load = Load::start(&api, "/cpu", 40, 2);
     let _format_load = Load::start(&api, "/format", 40, 2);
     std::thread::sleep(Duration::from_secs(3));

@@ -1,10 +1,10 @@
 // A deliberately small HTTP service used as a profiling target for profcpu.
 //
-// It runs on the plain .NET Core 3.1 runtime (no SDK, no ASP.NET): compiled by
-// Debian's mono `mcs` against the desktop reference assemblies, whose type
-// forwards the Core runtime resolves at load time. HttpListener is avoided
-// because on this runtime it needs OpenSSL 1.x, which the host does not have;
-// a raw socket server has no such dependency.
+// It runs on the plain .NET 8 runtime and on .NET Core 3.1 (no SDK, no
+// ASP.NET): compiled by Debian's mono `mcs` against the desktop reference
+// assemblies, whose type forwards the runtime resolves at load time.
+// HttpListener is avoided because on 3.1 it needs OpenSSL 1.x, which the host
+// does not have; a raw socket server has no such dependency.
 //
 // Each route exercises a different kind of profile:
 //   GET /cpu     JIT-compiled user code with a known call chain

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The README's "run the main job": on a fresh machine, set everything up, start the sample web API on a real .NET
-# runtime, put load on its CPU route, profile it with profcpu for 10 s and say where the flame graph is.
+# The README's "run the main job": on a fresh machine, set everything up, start the sample web API on the real .NET 8
+# runtime as users start their apps (no perf map variable), put load on its CPU route, profile it with profcpu for 10 s
+# and say where the flame graph is. profcpu switches the app's perf map on over its diagnostics socket for the run and
+# off again afterwards.
 #
 # Usage: examples/webapi/demo.sh [SECONDS]     (default 10)
 set -euo pipefail
@@ -29,7 +31,7 @@ cleanup() {
     kill "$pid" 2>/dev/null || true
 }
 trap cleanup EXIT
-echo "demo: sample web API running as PID $pid on 127.0.0.1:$PORT" >&2
+echo "demo: sample web API running as PID $pid on 127.0.0.1:$PORT (.NET 8, no perf map variable)" >&2
 
 # Load starts first and outlasts the collection, so every sample sees a busy API.
 bash "$here/load.sh" cpu $((seconds + 4)) 4 >/dev/null &
@@ -39,5 +41,6 @@ sleep 2
 # profcpu prints the run folder as the last line on stdout; progress and the top-frames table go to stderr.
 dir=$("$profcpu" collect -pid "$pid" -duration "$seconds" -output "$repo/profilings" | tail -n 1)
 echo
+grep '^jit_names:' "$dir/metadata.txt" || true
 echo "Flame graph: $dir/flamegraph.svg"
 echo "(open it in a browser: the hot C# methods are PricingEngine::ComputeDiscountCurve and PriceItem)"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Starts the example web API on a real .NET runtime (8 by default, 3.1 as the legacy case) with perf maps
-# switched on, so that profilers can name its JIT-compiled methods.
+# Starts the example web API on a real .NET runtime (8 by default, 3.1 as the legacy case). On .NET 8 it is
+# started as users start their apps, with no perf map variable: profcpu switches the perf map on for its run over
+# the runtime's diagnostics socket. .NET Core 3.1 cannot do that, so there COMPlus_PerfMapEnabled=1 is set (unless
+# the caller sets it), so that profilers can name its JIT-compiled methods.
 #
 # Usage: examples/webapi/run.sh [--runtime 8|3.1] [--port N] [--foreground]
 #   --runtime V    the .NET version (default: $PROFCPU_DOTNET_VERSION, else 8)
@@ -37,7 +39,7 @@ while (($#)); do
         --port) [[ $# -ge 2 ]] || die "--port needs a value"; port=$2; shift 2 ;;
         --port=*) port=${1#--port=}; shift ;;
         --foreground) foreground=1; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
 done
@@ -51,10 +53,13 @@ dotnet=$dotnet_dir/dotnet
 [[ -x "$dotnet" ]] || die "not executable: $dotnet"
 
 # Invariant globalization: without it the runtime aborts at start-up when no
-# libicu it recognises is installed, as in minimal containers. Callers may
-# override the perf-map setting (e.g. to test a target without one).
+# libicu it recognises is installed, as in minimal containers. A perf map
+# setting of the caller's (DOTNET_PerfMapEnabled=1 to have one from the start)
+# is passed on.
 export DOTNET_SYSTEM_GLOBALIZATION_INVARIANT=${DOTNET_SYSTEM_GLOBALIZATION_INVARIANT:-1}
-export COMPlus_PerfMapEnabled=${COMPlus_PerfMapEnabled:-1}
+case "$version" in
+    3.1*) export COMPlus_PerfMapEnabled=${COMPlus_PerfMapEnabled:-1} ;;
+esac
 
 if ((foreground)); then
     exec "$dotnet" "$dll" --port "$port"

@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     }
 
     // Symbols: only the debug folder of this input is searched (never the host's files).
-    let roots = SearchRoots { target_root: None, host: false, extra: vec![workdir.path()] };
+    let roots = SearchRoots { target_root: None, host: false, extra: vec![workdir.path()], servers: None };
     let symbols = load_dso(file.try_clone().expect("dup"), "/bin/x", &roots, None);
     let DsoSymbols::Elf { table, .. } = &symbols else { return };
     let mut probes: Vec<u64> = table.iter().take(256).flat_map(|(start, end, _)| [start, end.saturating_sub(1)]).collect();

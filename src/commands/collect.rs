@@ -9,14 +9,17 @@ use super::pipeline::{self, MetadataSource, OutputRequest};
 use crate::cli::{CollectArgs, CollectOptions};
 use crate::fs::Dir;
 use crate::perf_data::{PerfDataReader, Record};
+use crate::record::jit_names::{self, JitNames};
 use crate::record::{self, EndReason, Mode, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::{Metadata, Trigger};
 use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
 use anyhow::{bail, Context, Result};
+use std::collections::BTreeSet;
 use std::io::{ErrorKind, IsTerminal};
 use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How many same-second runs get a `-2`, `-3`, … suffix before giving up.
@@ -39,14 +42,20 @@ pub fn run(args: CollectArgs) -> Result<()> {
 /// returns the run folder. Commands that collect (collect, trap) all come through here; `trigger` is what started
 /// it, for metadata.txt.
 pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger>) -> Result<PathBuf> {
-    // A wrong PID must not leave an empty run folder behind.
+    // A wrong PID or symbol server must not leave an empty run folder behind.
     record::check_target(&target)?;
+    let symbol_servers = super::symbol_servers(&options.symbols)?;
     let (base, run_name, run_dir) = create_run_dir(&options.output, chrono::Local::now())?;
     let duration = Duration::from_secs_f64(options.duration);
     let symbol_opts = SymbolizeOptions {
         debug_roots: options.symbols.symbols.clone(),
         force_maps: options.symbols.force_maps,
+        symbol_servers,
         ..SymbolizeOptions::live()
+    };
+    let command_env = match (&target, options.no_ipc) {
+        (Target::Command(_), false) => jit_names::command_environment(),
+        _ => Vec::new(),
     };
     let capture = match &target {
         Target::All => Some(Capture::new_all(&run_dir, &symbol_opts)?),
@@ -61,10 +70,28 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
         capture,
         symbol_opts: symbol_opts.clone(),
         target_info: None,
+        jit_names: if options.no_ipc { JitNamesState::LeftAlone } else { JitNamesState::NotYet },
+        command_env_set: !command_env.is_empty(),
+        command_pids: BTreeSet::new(),
     };
 
-    let opts = record_options(target, options, run_dir.clone());
-    let summary = match record::record(&opts, &mut observer) {
+    let opts = RecordOptions { command_env, ..record_options(target, options, run_dir.clone()) };
+    let recorded = record::record(&opts, &mut observer);
+    // Sampling is over: the runtimes this run switched perf maps on in stop writing, the capture copies what they
+    // wrote, then the files they wrote because of this run go (a run that failed switches off as well, and keeps
+    // nothing).
+    let mut jit_names = observer.jit_names.take();
+    if let Some(names) = &mut jit_names {
+        names.switch_off();
+    }
+    if let (Ok(_), Some(c)) = (&recorded, &mut observer.capture) {
+        c.poll();
+    }
+    if let Some(names) = &mut jit_names {
+        names.remove_files();
+        names.remove_command_files(&observer.command_pids);
+    }
+    let summary = match recorded {
         Ok(summary) => summary,
         Err(e) => {
             // Removes what this run created (an empty symbols/ folder at most) and the run folder itself.
@@ -78,6 +105,10 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
     eprintln!("{}", summary_line(&summary));
     let mut metadata = metadata_of(&summary, observer.target_info.as_ref());
     metadata.trigger = trigger;
+    metadata.jit_names = match (&observer.jit_names, &jit_names) {
+        (JitNamesState::LeftAlone, _) => "left alone (-no-ipc)".to_string(),
+        (_, names) => names.as_ref().and_then(JitNames::describe).unwrap_or_default(),
+    };
     after_recording(&run_dir, metadata, observer.capture.take())?;
     Ok(run_dir.path().to_path_buf())
 }
@@ -87,6 +118,7 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
 /// at once rather than when the moment comes.
 pub fn check(target: &Target, options: &CollectOptions) -> Result<()> {
     record::check_target(target)?;
+    super::symbol_servers(&options.symbols)?;
     let base = open_base(&options.output)?;
     record::check_access(&record_options(target.clone(), options, base))
 }
@@ -96,6 +128,7 @@ fn record_options(target: Target, options: &CollectOptions, output: Dir) -> Reco
     RecordOptions {
         target,
         mode: options.mode(),
+        command_env: Vec::new(),
         duration: Some(Duration::from_secs_f64(options.duration)),
         frequency: options.freq,
         event: options.event,
@@ -167,6 +200,38 @@ fn metadata_of(s: &RecordSummary, target: Option<&ProcessInfo>) -> Metadata {
     }
 }
 
+/// The .NET perf maps of the run: switched on by a thread while sampling runs (a runtime that does not answer must
+/// not stall the draining of the ring buffers), then handed back when sampling is over.
+enum JitNamesState {
+    /// Sampling has not begun.
+    NotYet,
+    Switching(JoinHandle<JitNames>),
+    Ready(JitNames),
+    /// `-no-ipc`.
+    LeftAlone,
+}
+
+impl JitNamesState {
+    /// The decisions, once the thread has finished (its IPC waits are bounded by their timeouts).
+    fn take(&mut self) -> Option<JitNames> {
+        match std::mem::replace(self, JitNamesState::NotYet) {
+            JitNamesState::Switching(thread) => match thread.join() {
+                Ok(names) => Some(names),
+                Err(_) => {
+                    tracing::warn!("switching .NET perf maps on failed unexpectedly; see the log above");
+                    None
+                }
+            },
+            JitNamesState::Ready(names) => Some(names),
+            JitNamesState::LeftAlone => {
+                *self = JitNamesState::LeftAlone;
+                None
+            }
+            JitNamesState::NotYet => None,
+        }
+    }
+}
+
 /// Sees the recording as it happens. Later stages hook in here to copy what vanishes with the target (a JIT's perf
 /// map or jitdump) while it is still alive.
 struct CollectObserver {
@@ -177,6 +242,11 @@ struct CollectObserver {
     symbol_opts: SymbolizeOptions,
     /// Read when sampling starts: the target may be gone by the end.
     target_info: Option<ProcessInfo>,
+    jit_names: JitNamesState,
+    /// A launched command got perf map variables from profcpu.
+    command_env_set: bool,
+    /// The launched command and the processes it forked (they inherit its environment).
+    command_pids: BTreeSet<u32>,
 }
 
 impl RecordObserver for CollectObserver {
@@ -188,6 +258,24 @@ impl RecordObserver for CollectObserver {
                 Ok(c) => self.capture = Some(c),
                 Err(e) => tracing::warn!("JIT names of the command will not be saved: {e:#}"),
             }
+        }
+        if matches!(self.jit_names, JitNamesState::NotYet) {
+            self.jit_names = match (&self.target, target_pid) {
+                (Target::Command(_), Some(pid)) => {
+                    self.command_pids.insert(pid);
+                    match self.command_env_set {
+                        true => JitNamesState::Ready(JitNames::set_in_environment(pid)),
+                        false => JitNamesState::NotYet,
+                    }
+                }
+                (Target::Pid(pid), _) => switch_on_in_background(vec![*pid], false),
+                (Target::All, _) => {
+                    let me = std::process::id();
+                    let pids = crate::procfs::all_pids().unwrap_or_default().into_iter().filter(|&p| p != me);
+                    switch_on_in_background(pids.collect(), true)
+                }
+                _ => JitNamesState::NotYet,
+            };
         }
         let line = format!(
             "{} into {}",
@@ -201,10 +289,28 @@ impl RecordObserver for CollectObserver {
         if let Some(c) = &mut self.capture {
             c.observe(record);
         }
+        if let Record::Fork(t) = record {
+            if self.command_env_set && t.pid != t.ppid && self.command_pids.contains(&t.ppid) {
+                self.command_pids.insert(t.pid);
+            }
+        }
     }
     fn on_tick(&mut self) {
         if let Some(c) = &mut self.capture {
             c.poll();
+        }
+    }
+}
+
+fn switch_on_in_background(pids: Vec<u32>, every_process: bool) -> JitNamesState {
+    let thread = std::thread::Builder::new()
+        .name("perf-maps-on".into())
+        .spawn(move || JitNames::switch_on(&pids, every_process));
+    match thread {
+        Ok(thread) => JitNamesState::Switching(thread),
+        Err(e) => {
+            tracing::warn!("cannot start a thread to switch .NET perf maps on ({e}): JIT code may stay unnamed");
+            JitNamesState::NotYet
         }
     }
 }

@@ -79,6 +79,7 @@ fn regenerate(args: PostprocessArgs, dir: &Dir) -> Result<()> {
     };
     symbolize.debug_roots = args.symbols.symbols.clone();
     symbolize.force_maps = args.symbols.force_maps;
+    symbolize.symbol_servers = super::symbol_servers(&args.symbols)?;
     symbolize.ignore_stack_copies = args.ignore_stack_copies;
 
     // A collection's metadata.txt says what the recorder knew (command line, namespace PID); for anything else,

@@ -97,7 +97,7 @@ pub enum PerfMapType {
 
 impl PerfMapType {
     /// The files this type makes the runtime create, for `nspid`.
-    fn file_names(self, nspid: u32) -> Vec<String> {
+    pub fn file_names(self, nspid: u32) -> Vec<String> {
         let maps = [format!("perf-{nspid}.map"), format!("perfinfo-{nspid}.map")];
         let dump = format!("jit-{nspid}.dump");
         match self {
@@ -426,11 +426,31 @@ impl DotnetRuntime {
         format!("{} of PID {}", join_target_path(&self.socket_dir, name), self.host_pid)
     }
 
-    /// One request, one reply, on a fresh connection; returns the OK reply's status.
+    /// Whether the process found is still running (not exited, not a zombie, its PID not reused).
+    fn is_alive(&self) -> bool {
+        Process::open(self.host_pid)
+            .ok()
+            .filter(|p| !p.is_exited())
+            .and_then(|p| p.start_time().ok())
+            .is_some_and(|t| t == self.start_time)
+    }
+
+    /// One request, one reply, on a fresh connection; returns the OK reply's status. A process that exits meanwhile
+    /// (its socket refuses, or the connection breaks) is [`IpcError::Gone`].
     fn command(&self, command_id: u8, payload: &[u8]) -> Result<u32, IpcError> {
-        if Process::open(self.host_pid).and_then(|p| p.start_time()).ok() != Some(self.start_time) {
+        if !self.is_alive() {
             return Err(IpcError::Gone { host_pid: self.host_pid });
         }
+        match self.exchange(command_id, payload) {
+            Err(e) if !matches!(e, IpcError::Gone { .. }) && !self.is_alive() => {
+                tracing::debug!("PID {} exited during the command: {e}", self.host_pid);
+                Err(IpcError::Gone { host_pid: self.host_pid })
+            }
+            result => result,
+        }
+    }
+
+    fn exchange(&self, command_id: u8, payload: &[u8]) -> Result<u32, IpcError> {
         let mut stream = self.connect()?;
         let (socket, deadline) = (stream.1.clone(), Instant::now() + self.timeout);
         let request = encode_request(PROCESS_COMMAND_SET, command_id, payload);

@@ -232,7 +232,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
             (None, Vec::new(), None)
         }
         Target::Command(argv) => {
-            let mut cmd = LaunchedCommand::spawn(argv)?;
+            let mut cmd = LaunchedCommand::spawn(argv, &opts.command_env)?;
             let pid = cmd.pid();
             session.open_events(pid as i32, &OpenTarget::Pid(pid))?;
             session.create_writer(opts)?;

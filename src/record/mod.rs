@@ -10,6 +10,7 @@ mod environment;
 mod events;
 mod explain;
 mod header_features;
+pub mod jit_names;
 mod progress;
 pub mod ring;
 pub mod synthesize;
@@ -106,6 +107,8 @@ impl Mode {
 pub struct RecordOptions {
     pub target: Target,
     pub mode: Mode,
+    /// Variables added to a launched command's environment (`Target::Command`).
+    pub command_env: Vec<(String, String)>,
     /// How long to sample; `None` for a launched command means "until it exits".
     pub duration: Option<Duration>,
     pub frequency: u64,

@@ -104,7 +104,10 @@ pub struct LaunchedCommand {
 }
 
 impl LaunchedCommand {
-    pub fn spawn(argv: &[String]) -> Result<Self> {
+    /// Forks `argv`, held before exec until [`release`](Self::release); its environment is profcpu's with `env`
+    /// added (replacing variables of the same name).
+    pub fn spawn(argv: &[String], env: &[(String, String)]) -> Result<Self> {
+        use std::os::unix::ffi::OsStrExt;
         let program = argv.first().context("no command given after --")?.clone();
         let args: Vec<CString> = argv
             .iter()
@@ -113,10 +116,19 @@ impl LaunchedCommand {
             .context("the command contains a NUL byte")?;
         let mut argv_ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
         argv_ptrs.push(std::ptr::null());
+        let added = |name: &[u8]| env.iter().any(|(k, _)| k.as_bytes() == name);
+        let environment: Vec<CString> = std::env::vars_os()
+            .filter(|(k, _)| !added(k.as_bytes()))
+            .map(|(k, v)| [k.as_bytes(), b"=", v.as_bytes()].concat())
+            .chain(env.iter().map(|(k, v)| format!("{k}={v}").into_bytes()))
+            .filter_map(|kv| CString::new(kv).ok())
+            .collect();
+        let mut env_ptrs: Vec<*const libc::c_char> = environment.iter().map(|e| e.as_ptr()).collect();
+        env_ptrs.push(std::ptr::null());
         let (go_read, go_write) = pipe().context("cannot create a pipe")?;
         let (err_read, err_write) = pipe().context("cannot create a pipe")?;
 
-        // SAFETY: fork; the child only calls async-signal-safe functions (close, read, execvp, write, _exit) on
+        // SAFETY: fork; the child only calls async-signal-safe functions (close, read, execvpe, write, _exit) on
         // memory prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
@@ -138,7 +150,7 @@ impl LaunchedCommand {
                     // profcpu gave up (or died) before sampling started: do not run the command unprofiled.
                     libc::_exit(127);
                 }
-                libc::execvp(argv_ptrs[0], argv_ptrs.as_ptr());
+                libc::execvpe(argv_ptrs[0], argv_ptrs.as_ptr(), env_ptrs.as_ptr());
                 let errno = *libc::__errno_location();
                 libc::write(err_write.as_raw_fd(), &errno as *const i32 as *const libc::c_void, 4);
                 libc::_exit(127);
@@ -265,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_launched_command_waits_for_release_and_exits() {
-        let mut cmd = LaunchedCommand::spawn(&["true".to_string()]).unwrap();
+        let mut cmd = LaunchedCommand::spawn(&["true".to_string()], &[]).unwrap();
         let watch = ExitWatch::new(cmd.pid());
         std::thread::sleep(Duration::from_millis(50));
         assert!(!watch.has_exited(), "the child ran before it was released");
@@ -293,7 +305,7 @@ mod tests {
 
     #[test]
     fn a_command_that_cannot_run_is_one_clear_error() {
-        let mut cmd = LaunchedCommand::spawn(&["/nonexistent/profcpu-test-prog".to_string()]).unwrap();
+        let mut cmd = LaunchedCommand::spawn(&["/nonexistent/profcpu-test-prog".to_string()], &[]).unwrap();
         let err = cmd.release().unwrap_err().to_string();
         assert!(err.starts_with("cannot run '/nonexistent/profcpu-test-prog': No such file"), "{err}");
     }

@@ -18,6 +18,7 @@
 //! | `samples` | samples recorded (switch-outs included) |
 //! | `switch_outs` | of those, switch-outs (`sched:sched_switch` samples), in the off-CPU modes |
 //! | `lost` | samples the kernel dropped |
+//! | `jit_names` | where each .NET process's JIT names came from: `PID N: perf map on already (…)`, `… switched on over the .NET diagnostics IPC for the run, off again after`, `… set in its environment by profcpu`, `none: <why and how to get them>`, or `left alone (-no-ipc)`; entries joined by `; ` |
 //! | `profcpu_version` | version of profcpu that recorded |
 //! | `trigger` | what started a `profcpu trap` collection: `cpu-above` or `cpu-below` (absent for `collect`) |
 //! | `trigger_threshold_pct` | the threshold, percent of one CPU (200 = two cores) |
@@ -52,6 +53,8 @@ pub struct Metadata {
     pub samples: u64,
     pub switch_outs: Option<u64>,
     pub lost: u64,
+    /// Where JIT names came from (see the table above); empty when no .NET process was met.
+    pub jit_names: String,
     pub profcpu_version: String,
     /// What started the collection, for one `profcpu trap` made.
     pub trigger: Option<Trigger>,
@@ -193,6 +196,7 @@ impl Metadata {
                 "samples" => meta.samples = number("a count")?,
                 "switch_outs" => meta.switch_outs = Some(number("a count")?),
                 "lost" => meta.lost = number("a count")?,
+                "jit_names" => meta.jit_names = value,
                 "profcpu_version" => meta.profcpu_version = value,
                 "trigger" => trigger.condition = Some(value),
                 "trigger_threshold_pct" => trigger.threshold_pct = Some(real("percent of one CPU")?),
@@ -265,6 +269,9 @@ impl fmt::Display for Metadata {
             line("switch_outs", &n.to_string())?;
         }
         line("lost", &self.lost.to_string())?;
+        if !self.jit_names.is_empty() {
+            line("jit_names", &self.jit_names)?;
+        }
         line("profcpu_version", &self.profcpu_version)?;
         if let Some(t) = &self.trigger {
             line("trigger", &t.condition)?;
@@ -326,12 +333,14 @@ mod tests {
             samples: 2030,
             switch_outs: Some(1000),
             lost: 3,
+            jit_names: "PID 4242: perf map switched on over the .NET diagnostics IPC for the run, off again after"
+                .into(),
             profcpu_version: "0.1.0".into(),
             trigger: None,
             extra: vec![("future_key".into(), "a: b \\ c".into())],
         };
         let text = meta.to_string();
-        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 16, "{text}");
+        assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 17, "{text}");
         assert_eq!(Metadata::parse(&text, "metadata.txt").unwrap(), meta);
         let trigger = Trigger {
             condition: "cpu-above".into(),

@@ -7,13 +7,16 @@
 //!
 //! each first inside the target's root (`/proc/<pid>/root`, resolved safely), then on the host. Extra symbol roots
 //! (`-symbols DIR`) are searched like `/usr/lib/debug` (5–7), plus `DIR/<debuglink>` for a flat dotnet-symbol
-//! `--output DIR`. Every candidate must match the binary's build-id (or, without one, the debuglink CRC): a debug
-//! file of another build would name every frame wrongly.
+//! `--output DIR`. Last, when the user named symbol servers (`-symbol-server`), the file is fetched by build-id
+//! (see [`SymbolServers`]). Every candidate must match the binary's build-id (or, without one, the debuglink CRC):
+//! a debug file of another build would name every frame wrongly.
 
 use super::elf::{self, ElfImage, ElfInfo};
+use super::symbol_server::SymbolServers;
 use crate::fs::{Last, Root};
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// Where to look, outermost first.
 #[derive(Debug, Clone, Default)]
@@ -23,6 +26,8 @@ pub struct SearchRoots {
     /// Whether the host's own files may be searched.
     pub host: bool,
     pub extra: Vec<PathBuf>,
+    /// Asked by build-id when no local candidate fits.
+    pub servers: Option<Arc<SymbolServers>>,
 }
 
 /// Candidate paths (as the binary's filesystem sees them) for the binary at `path` in the documented order.
@@ -121,7 +126,37 @@ pub fn find_debug_file(
             Err(why) => report.rejected.push(format!("{}: {why}", shown.display())),
         }
     }
-    None
+    let servers = roots.servers.as_ref()?;
+    let build_id = info.build_id.as_deref()?;
+    fetch(servers, build_id, path, info, report)
+}
+
+/// The debug file of the binary at `path` from the symbol servers (or their cache), verified like a local one.
+pub fn fetch(
+    servers: &SymbolServers,
+    build_id: &[u8],
+    path: &str,
+    info: &ElfInfo,
+    report: &mut SearchReport,
+) -> Option<DebugFile> {
+    let file_name = path.rsplit('/').next().unwrap_or(path);
+    let fetched = match servers.fetch_debug_file(build_id, file_name) {
+        Ok(fetched) => fetched?,
+        Err(e) => {
+            report.rejected.push(format!("{file_name} from a symbol server: {e:#}"));
+            return None;
+        }
+    };
+    // The cache is profcpu's own (mode 0700), but a symlink put there is still not followed.
+    let file = Root::host().ok()?.open_file(&fetched, Last::NoFollow).ok()?;
+    let data = ElfImage::read(&file).ok()??;
+    match verify(info, &data, &file) {
+        Ok(()) => Some(DebugFile { data, found_at: fetched }),
+        Err(why) => {
+            report.rejected.push(format!("{}: {why}", fetched.display()));
+            None
+        }
+    }
 }
 
 /// Whether `data` is the debug file of the binary described by `info`.

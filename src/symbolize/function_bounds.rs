@@ -27,6 +27,9 @@ pub struct FunctionBounds {
     /// What to read on first use; taken (and the file closed) once read.
     pending: Mutex<Option<Pending>>,
     table: OnceLock<RangeTable<()>>,
+    /// The file's PT_LOAD segments (when read from the file): what a debug file found later needs to map its
+    /// symbols to file offsets.
+    loads: Vec<LoadSegment>,
 }
 
 struct Pending {
@@ -57,7 +60,7 @@ impl FunctionBounds {
 
     /// Bounds already known (a capture's saved ranges).
     pub fn known(table: RangeTable<()>) -> FunctionBounds {
-        FunctionBounds { pending: Mutex::new(None), table: OnceLock::from(table) }
+        FunctionBounds { pending: Mutex::new(None), table: OnceLock::from(table), loads: Vec::new() }
     }
 
     /// The bounds in `file`'s `.eh_frame`, read when first asked for. `image` holds (at least) the file's ELF and
@@ -74,7 +77,12 @@ impl FunctionBounds {
         }) else {
             return FunctionBounds::none();
         };
-        FunctionBounds { pending: Mutex::new(Some(pending)), table: OnceLock::new() }
+        FunctionBounds { pending: Mutex::new(Some(pending)), table: OnceLock::new(), loads: loads.to_vec() }
+    }
+
+    /// The PT_LOAD segments of the file the bounds were read from (none for saved bounds).
+    pub fn loads(&self) -> &[LoadSegment] {
+        &self.loads
     }
 
     /// The function holding file offset `offset`: its `[start, end)` file offsets.

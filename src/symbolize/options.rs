@@ -1,8 +1,10 @@
 //! Where names may come from, as a caller of the symbolizer chooses: a capture's saved files, the live system,
 //! extra debug-file folders.
 
+use super::symbol_server::SymbolServers;
 use crate::fs::Dir;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Where names may come from.
 #[derive(Debug, Clone, Default)]
@@ -16,6 +18,8 @@ pub struct SymbolizeOptions {
     pub debug_roots: Vec<PathBuf>,
     /// Trust perf maps and jitdumps whatever their owner.
     pub force_maps: bool,
+    /// Symbol servers to fetch missing debug files from by build-id (`-symbol-server`); `None`: nothing is fetched.
+    pub symbol_servers: Option<Arc<SymbolServers>>,
     /// Use only the kernel's frame-pointer callchains, not the stack copies samples may carry (to compare the two).
     pub ignore_stack_copies: bool,
 }

@@ -3,8 +3,9 @@
 //! through the target's own root, `/proc/kallsyms`) is read only when allowed.
 
 use super::address_space::{FileId, MapKind, Mapping, Processes};
-use super::debug_search::SearchRoots;
+use super::debug_search::{self, SearchReport, SearchRoots};
 use super::dso::{self, DsoSymbols};
+use super::elf::{self, ElfInfo, SymbolSource};
 use super::function_bounds::FunctionBounds;
 use super::jit_files;
 use super::jitdump::JitDump;
@@ -13,7 +14,8 @@ use super::options::SymbolizeOptions;
 use super::perf_map::PerfMap;
 use super::proc_info::ProcessInfo;
 use super::r2r_symbols::{self, R2rSymbols};
-use super::symbols_dir::CapturedDir;
+use super::symbol_table::SymbolTable;
+use super::symbols_dir::{CapturedDir, CapturedDso, CapturedTable};
 use crate::fs::{input, Last, Limit, Root};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
@@ -231,10 +233,17 @@ impl Sources {
                         Ok(t) if t.managed => {
                             DsoSymbols::R2r(R2rSymbols::Captured { names: t.names, functions: t.functions })
                         }
-                        Ok(t) => DsoSymbols::Elf {
-                            table: t.names,
-                            origin: dso::Origin::Captured,
-                            functions: FunctionBounds::known(t.functions),
+                        Ok(t) => match self.fetched_names(entry, &t) {
+                            Some((table, found_at)) => DsoSymbols::Elf {
+                                table,
+                                origin: dso::Origin::DebugFile(found_at),
+                                functions: FunctionBounds::known(t.functions),
+                            },
+                            None => DsoSymbols::Elf {
+                                table: t.names,
+                                origin: dso::Origin::Captured,
+                                functions: FunctionBounds::known(t.functions),
+                            },
                         },
                         Err(e) => DsoSymbols::Opaque { reason: format!("captured table unreadable: {e:#}") },
                     },
@@ -262,7 +271,12 @@ impl Sources {
             },
             _ => None,
         };
-        let roots = SearchRoots { target_root: root.clone(), host: true, extra: self.opts.debug_roots.clone() };
+        let roots = SearchRoots {
+            target_root: root.clone(),
+            host: true,
+            extra: self.opts.debug_roots.clone(),
+            servers: self.opts.symbol_servers.clone(),
+        };
         // A copy of the handle: the unwinder may need the same file.
         let preopened = self.preopened.get(&*m.file).and_then(|f| f.try_clone().ok());
         let opened_early = preopened.is_some();
@@ -298,6 +312,31 @@ impl Sources {
         }
     }
 
+    /// Names for a captured ELF file whose capture left functions unnamed (it was stripped), from its debug file
+    /// fetched now by build-id (`postprocess -symbol-server`), mapped to file offsets with the saved load segments.
+    fn fetched_names(
+        &self,
+        entry: &CapturedDso,
+        captured: &CapturedTable,
+    ) -> Option<(SymbolTable, std::path::PathBuf)> {
+        let servers = self.opts.symbol_servers.as_ref()?;
+        if captured.functions.is_empty() || captured.loads.is_empty() {
+            return None;
+        }
+        // The capture's index has the build-id when the kernel gave it; the recording's BUILD_ID feature otherwise.
+        let build_id = entry.build_id.as_deref().or_else(|| self.build_ids.get(&entry.path).map(Vec::as_slice))?;
+        let info = ElfInfo { build_id: Some(build_id.to_vec()), ..Default::default() };
+        let mut report = SearchReport::default();
+        let Some(found) = debug_search::fetch(servers, build_id, &entry.path, &info, &mut report) else {
+            for why in &report.rejected {
+                tracing::info!("{}: {why}", entry.path);
+            }
+            return None;
+        };
+        let table = elf::function_symbols(found.data.bytes(), SymbolSource::Symtab, &captured.loads).ok()?;
+        (!table.is_empty()).then_some((table, found.found_at))
+    }
+
     /// The file behind a mapping, opened as for its symbols: the capture's handle, else through the live target's
     /// root. `None` when live lookups are off or it cannot be opened.
     pub fn open_mapped(&mut self, pid: u32, m: &Mapping, processes: &Processes) -> Option<File> {
@@ -320,7 +359,12 @@ impl Sources {
         let image = super::elf::ElfImage::read(&file).ok()??;
         let info = super::elf::inspect(image.bytes()).ok()?;
         let root = self.live_process(pid, processes).as_ref().and_then(container_root);
-        let roots = SearchRoots { target_root: root, host: true, extra: self.opts.debug_roots.clone() };
+        let roots = SearchRoots {
+            target_root: root,
+            host: true,
+            extra: self.opts.debug_roots.clone(),
+            servers: self.opts.symbol_servers.clone(),
+        };
         let found = super::debug_search::find_debug_file(&m.file.path, &info, &roots, &mut Default::default())?;
         let debug = object::File::parse(found.data.bytes()).ok()?;
         let data = debug.section_by_name(".debug_frame")?.data().ok()?;

@@ -24,7 +24,8 @@
 //! `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`, up to 5 redirects (Microsoft's server redirects to blob storage). The
 //! timeout limits resolving, connecting, the wait for the response headers and any pause in the body; the whole
 //! download is limited separately ([`SymbolServers::with_total_timeout`]). A server that cannot be reached or times
-//! out is skipped for the rest of the process; a build-id no server has is not asked for again.
+//! out is skipped for the rest of the process; a build-id no server has is not asked for again (and said once). A
+//! second Ctrl+C (which ends the run as soon as `symbols/` is complete, see [`crate::interrupt`]) stops a download.
 
 use std::collections::HashSet;
 use std::fs::File;
@@ -102,12 +103,14 @@ impl std::fmt::Debug for SymbolServers {
 
 /// Why one download attempt gave nothing.
 enum Miss {
-    /// 404/410: the server does not have it (not worth a warning).
+    /// 404/410: the server does not have it (one line says so once no server has it).
     NotThere,
-    /// Anything else; the server is still asked for other files.
+    /// Anything else; the server is still asked for other files (not for this one in another layout).
     Failed(String),
     /// Connection or timeout trouble: the server is not asked again.
     Unreachable(String),
+    /// The user asked the run to end.
+    Stopped,
 }
 
 impl SymbolServers {
@@ -200,6 +203,7 @@ impl SymbolServers {
             return Ok(None);
         }
         self.ensure_cache_dir()?;
+        let notices_before = self.notices.lock().unwrap_or_else(|e| e.into_inner()).len();
         for (index, server) in self.servers.iter().enumerate() {
             for &layout in &server.layouts {
                 if self.down.lock().unwrap_or_else(|e| e.into_inner()).contains(&index) {
@@ -227,18 +231,29 @@ impl SymbolServers {
                                 "{} answered {url} for {file_name} (build-id {id}) with a file that was discarded: {why}",
                                 server.url
                             ));
+                            // A server that serves a wrong file is not asked again for this one in another layout.
+                            break;
                         }
                     },
                     Err(Miss::NotThere) => {
                         tracing::debug!("{file_name} (build-id {id}) is not on {} ({url})", server.url)
                     }
-                    Err(Miss::Failed(why)) => self.notice(format!("{url}: {why}")),
+                    Err(Miss::Failed(why)) => {
+                        self.notice(format!("{url} for {file_name}: {why}"));
+                        break;
+                    }
                     Err(Miss::Unreachable(why)) => {
                         self.notice(format!("{}: {why}; not asking it again in this run", server.url));
                         self.down.lock().unwrap_or_else(|e| e.into_inner()).insert(index);
                     }
+                    Err(Miss::Stopped) => return Ok(None),
                 }
             }
+        }
+        // Servers that simply did not have it (404) said nothing yet: one line for the user, who asked for it.
+        if self.notices.lock().unwrap_or_else(|e| e.into_inner()).len() == notices_before && !self.servers.is_empty() {
+            let asked: Vec<&str> = self.servers.iter().map(|s| s.url.as_str()).collect();
+            self.notice(format!("no debug file for {file_name} (build-id {id}) on {}", asked.join(", ")));
         }
         self.misses.lock().unwrap_or_else(|e| e.into_inner()).insert(id);
         Ok(None)
@@ -285,6 +300,9 @@ impl SymbolServers {
 
     /// GETs `url` into `out`, at most `max_size` bytes; returns the size.
     fn download(&self, url: &str, out: &mut File) -> Result<u64, Miss> {
+        if crate::interrupt::abort_pending() {
+            return Err(Miss::Stopped);
+        }
         let response = match self.agent.get(url).call() {
             Ok(response) => response,
             Err(e) => return Err(classify(e)),
@@ -310,6 +328,9 @@ impl SymbolServers {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(classify_io(e)),
             };
+            if crate::interrupt::abort_pending() {
+                return Err(Miss::Stopped);
+            }
             total += n as u64;
             if total > self.max_size {
                 return Err(Miss::Failed(format!("sent more than the {} byte limit; download stopped", self.max_size)));

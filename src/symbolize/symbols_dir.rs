@@ -8,7 +8,7 @@
 //! | `perf-HOSTPID.map`| byte copy of the process's perf map (`/tmp/perf-NSPID.map` in its namespace)      |
 //! | `jit-HOSTPID.dump`| byte copy of the jitdump the process mapped                                       |
 //! | `dsos.txt`        | `SYMFILE MAJ:MIN:INO BUILDID PATH` per mapped file with samples; `SYMFILE` is `-` for a file without symbols (neither ELF nor ReadyToRun, unreadable), `BUILDID` is hex or `-`, `PATH` (as the target saw it) runs to the end of the line with `%`, CR and LF percent-escaped |
-//! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled; `OFFSET SIZE` alone is a function without a name (from `.eh_frame`), shown as one frame |
+//! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled; `OFFSET SIZE` alone is a function without a name (from `.eh_frame`), shown as one frame; when there are such, `# load OFFSET VADDR FILESZ` lines give the file's PT_LOAD segments, so a debug file fetched later (`postprocess -symbol-server`) can name them |
 //! | `r2r-N.syms`      | the same for a ReadyToRun image: `.NET` method names as the runtime spells them, `OFFSET SIZE` alone for an unnamed code block; its frames are managed code |
 //! | `kernel.syms`     | `START SIZE MODULE NAME` per kernel symbol; a line `# hidden` when kallsyms was hidden |
 //! | `unwind.txt`      | `CFIFILE MAJ:MIN:INO BUILDID PATH` (as `dsos.txt`) per mapped file that stack copies were unwound through |
@@ -19,6 +19,7 @@
 
 use super::address_space::FileId;
 use super::dso::{DsoSymbols, FileHit};
+use super::elf::LoadSegment;
 use super::kallsyms::KernelSymbols;
 use super::name_limit;
 use super::perf_map::{parse_hex, parse_line};
@@ -140,6 +141,7 @@ impl CapturedDir {
         }
         let text = read_text(&self.dir, symfile)?.with_context(|| format!("{symfile} is missing"))?;
         let (mut names, mut functions) = (SymbolTableBuilder::new(false), Vec::new());
+        let loads = text.lines().filter_map(|l| parse_load_line(l.strip_prefix(LOAD_PREFIX)?)).collect();
         for line in content_lines(&text) {
             if let Some((start, end, name)) = parse_line(line) {
                 names.push(start, end, name);
@@ -151,6 +153,7 @@ impl CapturedDir {
             names: names.build(),
             functions: RangeTable::from_unsorted(functions),
             managed: symfile.starts_with(MANAGED_PREFIX),
+            loads,
         })
     }
 
@@ -201,6 +204,16 @@ pub struct CapturedTable {
     pub names: SymbolTable,
     pub functions: RangeTable<()>,
     pub managed: bool,
+    /// The ELF file's PT_LOAD segments, saved when it had unnamed functions.
+    pub loads: Vec<LoadSegment>,
+}
+
+/// Starts a comment line of a symbol file that gives one PT_LOAD segment: `# load OFFSET VADDR FILESZ` (hex).
+const LOAD_PREFIX: &str = "# load ";
+
+fn parse_load_line(rest: &str) -> Option<LoadSegment> {
+    let mut f = rest.split_ascii_whitespace().map(parse_hex);
+    Some(LoadSegment { offset: f.next()??, vaddr: f.next()??, filesz: f.next()?? })
 }
 
 /// `OFFSET SIZE` with nothing after it: an unnamed function.
@@ -258,6 +271,8 @@ pub struct HitFile {
     /// A ReadyToRun image (managed code), not an ELF file.
     pub managed: bool,
     pub ranges: HitRanges,
+    /// An ELF file's PT_LOAD segments, when it has unnamed functions.
+    pub loads: Vec<LoadSegment>,
 }
 
 /// What a symbolization run used, so a capture can save exactly that.
@@ -286,6 +301,9 @@ impl Usage {
             }
             FileHit::Function { start, end } => {
                 used.ranges.insert(*start, (*end, None));
+                if let (true, DsoSymbols::Elf { functions, .. }) = (used.loads.is_empty(), dso) {
+                    used.loads = functions.loads().to_vec();
+                }
             }
             FileHit::Nothing => {}
         }
@@ -312,6 +330,9 @@ pub fn write_usage(dir: &Dir, usage: &Usage) -> Result<u64> {
             Some(used) => {
                 let name = if used.managed { format!("{MANAGED_PREFIX}{n}.syms") } else { format!("dso-{n}.syms") };
                 let mut text = format!("# {}: FILEOFFSET SIZE NAME\n", one_line(&id.path));
+                for l in &used.loads {
+                    text.push_str(&format!("{LOAD_PREFIX}{:x} {:x} {:x}\n", l.offset, l.vaddr, l.filesz));
+                }
                 for (start, (end, sym)) in &used.ranges {
                     match sym {
                         Some(sym) => text.push_str(&format!("{start:x} {:x} {}\n", end - start, one_line(sym))),
@@ -379,12 +400,13 @@ mod tests {
         syms.insert(0x1000, (0x1080, Some(Arc::from("WKS::gc_heap::mark_object_simple"))));
         syms.insert(0x2000, (0x2010, Some(Arc::from("name with spaces"))));
         syms.insert(0x3000, (0x3100, None));
-        usage.dsos.insert(id.clone(), Some(HitFile { managed: false, ranges: syms }));
+        let loads = vec![LoadSegment { offset: 0x1000, vaddr: 0x2000, filesz: 0x5000 }];
+        usage.dsos.insert(id.clone(), Some(HitFile { managed: false, ranges: syms, loads: loads.clone() }));
         usage.dsos.insert(opaque.clone(), None);
         let mut methods = BTreeMap::new();
         methods.insert(0x5000, (0x5040, Some(Arc::from("int32 [System.Private.CoreLib] X::Y()[PreJIT]"))));
         methods.insert(0x6000, (0x6010, None));
-        usage.dsos.insert(r2r.clone(), Some(HitFile { managed: true, ranges: methods }));
+        usage.dsos.insert(r2r.clone(), Some(HitFile { managed: true, ranges: methods, loads: Vec::new() }));
         usage.kernel.insert(
             0xffffffff81000000,
             (0xffffffff81000100, Arc::from("do_syscall_64"), Arc::from("[kernel.kallsyms]")),
@@ -408,6 +430,7 @@ mod tests {
         assert!(names.lookup(0x1080).is_none());
         assert!(names.lookup(0x3000).is_none());
         assert_eq!(table.functions.lookup(0x30ff).map(|r| (r.start, r.end)), Some((0x3000, 0x3100)));
+        assert_eq!(table.loads, loads);
         assert!(c.find_dso(&opaque).unwrap().symfile.is_none());
         let managed = c.find_dso(&r2r).unwrap().symfile.clone().unwrap();
         assert!(managed.starts_with("r2r-"), "{managed}");
@@ -415,6 +438,7 @@ mod tests {
         assert!(table.managed);
         assert_eq!(table.names.lookup(0x5001).unwrap().2.as_ref(), "int32 [System.Private.CoreLib] X::Y()[PreJIT]");
         assert_eq!(table.functions.lookup(0x600f).map(|r| r.start), Some(0x6000));
+        assert!(table.loads.is_empty());
         let k = c.load_kernel().unwrap().unwrap();
         assert!(!k.hidden);
         let ext4 = k.lookup(0xffffffffc0000005).unwrap();

@@ -16,6 +16,7 @@
 //! | [`dotnet`] | real .NET runtimes (8 and 3.1) and C# programs compiled for them |
 //! | [`webapi`] | the sample web API as a target, on the host or in namespaces |
 //! | [`podman`] | real containers (podman + runc) from local images, the static binary inside them |
+//! | [`symbol_server`] | binaries split into stripped file + debug file, served over HTTP in a symbol server's layout |
 //! | [`hostile`] | a hostile user (`nobody`) and container: planted links, swapped folders, renames in a race |
 //! | [`chromium`] | headless Chromium for the flame graph |
 //! | [`unwind`] | the C workload inside libc, how far stacks reach, perf script text by sample |
@@ -37,6 +38,7 @@ pub mod recording;
 pub mod report;
 pub mod running_app;
 pub mod scratch;
+pub mod symbol_server;
 pub mod symbolize;
 pub mod unwind;
 pub mod webapi;

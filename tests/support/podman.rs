@@ -14,11 +14,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-/// How the app container switches perf maps on. The goal is an app container started with NO perf-map variable, the
-/// maps being switched on over the .NET diagnostics IPC by profcpu; until that lands the app gets this variable.
-/// Set it to `None` to start the app without it.
-pub const APP_PERF_MAP_ENV: Option<&str> = Some("DOTNET_PerfMapEnabled=1");
-
 /// The sample API's hottest method as the runtime names it. .NET 8.0.4 writes `ComputeDiscountCurv` (one character
 /// short) in both its perf map and jitdump: a formatting bug of its PAL `_vsnprintf_s` when a line exactly fills the
 /// buffer (dotnet/runtime#102938, fixed by #98687 in later 8.0 servicing), which also drops that line's newline. A
@@ -311,9 +306,6 @@ impl App {
         let mut args = vec!["run", "-d", "--name", container.name.as_str()];
         args.extend_from_slice(&RUN_FLAGS);
         args.extend_from_slice(extra);
-        if let Some(env) = APP_PERF_MAP_ENV {
-            args.extend_from_slice(&["-e", env]);
-        }
         args.extend_from_slice(&[DOTNET_IMAGE, "dotnet", "/app/App.dll", "--port", &port_text]);
         podman_ok(&args, Duration::from_secs(30));
         let app = App { container, port };

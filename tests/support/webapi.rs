@@ -1,6 +1,7 @@
-//! The sample web API (`examples/webapi`) on the real .NET Core 3.1 runtime as a target for end-to-end tests of the
-//! `profcpu` binary: started on the host or in its own PID + mount namespace with a private `/tmp` (a "container"),
-//! loaded with `examples/webapi/load.sh`, profiled by running the binary, and its outputs read back as text.
+//! The sample web API (`examples/webapi`) on a real .NET runtime (8 by default, started with no perf map variable;
+//! .NET Core 3.1 as the legacy case) as a target for end-to-end tests of the `profcpu` binary: started on the host or
+//! in its own PID + mount namespace with a private `/tmp` (a "container"), loaded with `examples/webapi/load.sh`,
+//! profiled by running the binary, and its outputs read back as text.
 //!
 //! Everything started here runs in its own process group and is killed when its guard is dropped, also when a test
 //! fails half-way.
@@ -11,17 +12,19 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::dotnet::Dotnet;
 use super::scratch::Scratch;
 use super::START_TIMEOUT;
 
-/// The .NET version the API runs on (`scripts/dotnet-runtime.sh` and `examples/webapi/build.sh` take it).
-pub const DOTNET_VERSION: &str = "3.1";
-
 /// Extra time a collection may take beyond its duration (writing the outputs) before the test calls it hung.
 const COLLECT_GRACE: Duration = Duration::from_secs(90);
+
+/// A method the API compiles only at its first `/format` request, which no load here sends: the probe for "written
+/// after the run".
+pub const COMPILED_LATE: &str = "FormatHandler::Handle";
 
 pub fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -34,27 +37,25 @@ pub struct Prepared {
     pub dll: PathBuf,
 }
 
-pub fn prepared() -> &'static Prepared {
-    static PREPARED: OnceLock<Prepared> = OnceLock::new();
-    PREPARED.get_or_init(|| {
-        let script_line = |script: &str| {
-            let out = Command::new("bash")
-                .arg(repo().join(script))
-                .arg(DOTNET_VERSION)
-                .output()
-                .unwrap_or_else(|e| panic!("cannot run bash {script}: {e}"));
-            assert!(
-                out.status.success(),
-                "{script} failed (run scripts/setup-deps.sh first; it installs mono-mcs, unzip, pip):\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        };
-        let runtime_dir = script_line("scripts/dotnet-runtime.sh");
-        assert!(runtime_dir.join("dotnet").is_file(), "no dotnet host in {}", runtime_dir.display());
-        let dll = script_line("examples/webapi/build.sh");
+/// The runtime of `version` and the API built for it.
+pub fn prepared(version: Dotnet) -> &'static Prepared {
+    static PREPARED: OnceLock<Mutex<HashMap<Dotnet, &'static Prepared>>> = OnceLock::new();
+    let mut all = PREPARED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+    all.entry(version).or_insert_with(|| {
+        let runtime_dir = version.runtime_dir();
+        let out = Command::new("bash")
+            .arg(repo().join("examples/webapi/build.sh"))
+            .arg(version.version())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run bash examples/webapi/build.sh: {e}"));
+        assert!(
+            out.status.success(),
+            "examples/webapi/build.sh failed (run scripts/setup-deps.sh first; it installs mono-mcs):\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let dll = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
         assert!(dll.is_file(), "build.sh printed {} but it does not exist", dll.display());
-        Prepared { runtime_dir, dll }
+        Box::leak(Box::new(Prepared { runtime_dir, dll }))
     })
 }
 
@@ -144,30 +145,34 @@ pub struct Api {
 }
 
 impl Api {
-    /// `examples/webapi/run.sh --foreground` on the host: the runtime writes `/tmp/perf-PID.map` on the host.
+    /// The API on .NET 8 on the host, started with no perf map variable (`examples/webapi/run.sh --foreground`):
+    /// what a user has who prepared nothing.
     pub fn on_host(work: &Scratch) -> Api {
-        prepared();
-        Api::on_host_with(work, DOTNET_VERSION)
+        Api::on_host_with(work, Dotnet::V8, &[])
     }
 
-    /// [`on_host`](Api::on_host) on another .NET version (`run.sh --runtime VERSION`, e.g. `8`).
-    pub fn on_host_with(work: &Scratch, version: &str) -> Api {
+    /// `examples/webapi/run.sh --runtime VERSION --foreground` with `env` added (e.g. `DOTNET_PerfMapEnabled=1`).
+    pub fn on_host_with(work: &Scratch, version: Dotnet, env: &[(&str, &str)]) -> Api {
+        prepared(version);
         let port = free_port();
         let mut cmd = Command::new("bash");
         cmd.arg(repo().join("examples/webapi/run.sh")).args([
             "--runtime",
-            version,
+            version.version(),
             "--foreground",
             "--port",
             &port.to_string(),
         ]);
+        // Only what the test asks for: not a perf map setting of whoever runs the tests.
+        cmd.env_remove("DOTNET_PerfMapEnabled").env_remove("COMPlus_PerfMapEnabled").envs(env.iter().copied());
         Api::spawn(cmd, port, work.join(format!("api-{port}.log")), false)
     }
 
-    /// The API in its own PID and mount namespace with a private tmpfs on /tmp (network shared, so the host can
-    /// load it): the `docker run` situation without Docker. It is PID 1 there.
+    /// The API on .NET 8 in its own PID and mount namespace with a private tmpfs on /tmp (network shared, so the
+    /// host can load it), started with no perf map variable: the `docker run` situation without Docker. It is PID 1
+    /// there.
     pub fn in_container(work: &Scratch) -> Api {
-        let prepared = prepared();
+        let prepared = prepared(Dotnet::V8);
         let port = free_port();
         let mut cmd = Command::new("unshare");
         // --kill-child: the API dies with unshare, whatever happens to the test. The runtime is started directly
@@ -178,20 +183,24 @@ impl Api {
             .arg(&prepared.dll)
             .args(["--port", &port.to_string()])
             .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
-            .env("COMPlus_PerfMapEnabled", std::env::var("COMPlus_PerfMapEnabled").unwrap_or_else(|_| "1".into()));
+            .env_remove("DOTNET_PerfMapEnabled")
+            .env_remove("COMPlus_PerfMapEnabled");
         let api = Api::spawn(cmd, port, work.join(format!("api-{port}.log")), true);
         assert_eq!(api.nspid(), 1, "the namespaced API is not PID 1 in its PID namespace");
         api
     }
 
-    /// The API on the host, run by the `dotnet` host in `runtime_dir` (e.g. a copy with a stripped libcoreclr).
-    pub fn with_runtime(work: &Scratch, runtime_dir: &Path) -> Api {
+    /// The API of `version` on the host, run by the `dotnet` host in `runtime_dir` (e.g. a copy with a stripped
+    /// libcoreclr), with `env` added.
+    pub fn with_runtime(work: &Scratch, version: Dotnet, runtime_dir: &Path, env: &[(&str, &str)]) -> Api {
         let port = free_port();
         let mut cmd = Command::new(runtime_dir.join("dotnet"));
-        cmd.arg(&prepared().dll)
+        cmd.arg(&prepared(version).dll)
             .args(["--port", &port.to_string()])
             .env("DOTNET_SYSTEM_GLOBALIZATION_INVARIANT", "1")
-            .env("COMPlus_PerfMapEnabled", "1");
+            .env_remove("DOTNET_PerfMapEnabled")
+            .env_remove("COMPlus_PerfMapEnabled")
+            .envs(env.iter().copied());
         Api::spawn(cmd, port, work.join(format!("api-{port}.log")), false)
     }
 
@@ -232,6 +241,58 @@ impl Api {
         nspid_of(self.host_pid)
     }
 
+    /// The runtime's perf map, perf info and jitdump files in its own /tmp (reached from the host through its root)
+    /// that exist now.
+    pub fn perf_map_files(&self) -> Vec<PathBuf> {
+        let (tmp, n) = (PathBuf::from(format!("/proc/{}/root/tmp", self.host_pid)), self.nspid());
+        [format!("perf-{n}.map"), format!("perfinfo-{n}.map"), format!("jit-{n}.dump")]
+            .into_iter()
+            .map(|name| tmp.join(name))
+            .filter(|p| p.symlink_metadata().is_ok())
+            .collect()
+    }
+
+    /// Makes the runtime compile [`COMPILED_LATE`] now (one `/format` request).
+    pub fn compile_late_method(&self) {
+        let body = http_get(self.port, "/format?rows=10").unwrap_or_default();
+        assert!(body.starts_with("rows 10"), "GET /format answered {body:?}; {}", self.log_tail());
+    }
+
+    /// Files the runtime holds open whose name says perf map or jitdump (also ones removed since: the runtime keeps
+    /// its jitdump open after DisablePerfMap), as `(fd link target, contents)`.
+    pub fn open_perf_map_files(&self) -> Vec<(String, Vec<u8>)> {
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", self.host_pid)).unwrap();
+        fds.flatten()
+            .filter_map(|fd| {
+                let target = std::fs::read_link(fd.path()).ok()?.to_string_lossy().into_owned();
+                let name = target.rsplit('/').next().unwrap_or("");
+                let ours = name.starts_with("perf-") || name.starts_with("perfinfo-") || name.starts_with("jit-");
+                ours.then(|| (target.clone(), std::fs::read(fd.path()).unwrap_or_default()))
+            })
+            .collect()
+    }
+
+    /// After a collection that switched the API's perf map on: no perf map, perf info or jitdump left in its /tmp,
+    /// and a method compiled after the run ([`COMPILED_LATE`]) written nowhere — not in its /tmp, not in a file it
+    /// holds open, not in what the run saved.
+    pub fn assert_nothing_left_or_written_after(&self, run_dir: &Path) {
+        let left = self.perf_map_files();
+        assert!(left.is_empty(), "expected no perf map files left in the API's /tmp after the run, found {left:?}");
+        self.compile_late_method();
+        let left = self.perf_map_files();
+        assert!(left.is_empty(), "the API wrote {left:?} after the run (its perf map was not switched off)");
+        for (target, contents) in self.open_perf_map_files() {
+            assert!(
+                !contains(&contents, COMPILED_LATE),
+                "{COMPILED_LATE}, compiled after the run, was written into {target} (still open in the API)"
+            );
+        }
+        for (name, _) in files_under(&run_dir.join("symbols")) {
+            let contents = std::fs::read(run_dir.join("symbols").join(&name)).unwrap();
+            assert!(!contains(&contents, COMPILED_LATE), "{COMPILED_LATE} found in the saved symbols/{name}");
+        }
+    }
+
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -255,6 +316,7 @@ impl Api {
             // The runtime leaves its perf map files in the host's /tmp.
             let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.host_pid));
             let _ = std::fs::remove_file(format!("/tmp/perfinfo-{}.map", self.host_pid));
+            let _ = std::fs::remove_file(format!("/tmp/jit-{}.dump", self.host_pid));
         }
     }
 }
@@ -386,10 +448,10 @@ pub struct Frame {
 }
 
 impl Frame {
-    /// Code generated at run time: named from a perf map (`/tmp/perf-N.map`) or jitdump, or an unnamed anonymous
-    /// mapping (`//anon`).
+    /// Code generated at run time: named from a perf map (`/tmp/perf-N.map`) or jitdump, or unnamed in an anonymous
+    /// mapping (`//anon`) or, with W^X (.NET 7+), a `memfd:doublemapper` one.
     pub fn is_jit(&self) -> bool {
-        self.module == "//anon" || self.is_named_jit()
+        self.module == "//anon" || self.module.contains("memfd:doublemapper") || self.is_named_jit()
     }
 
     pub fn is_named_jit(&self) -> bool {
@@ -480,29 +542,60 @@ impl Profile {
         )
     }
 
-    /// Checks that the JIT-compiled code of the API is named from a perf map at `map_module` (the path as the
-    /// target sees it), with the CPU route's chain in most samples.
-    pub fn assert_jit_named(&self, map_module: &str) {
+    /// Checks that the JIT-compiled code of the API is named from the perf map or jitdump its runtime wrote as
+    /// `nspid` (the paths as the target sees them): >= 90% of the samples whose leaf is JIT code, >= 95% of all JIT
+    /// frames, and the CPU route's chain in most samples. Returns the named share of JIT leaves.
+    pub fn assert_jit_named(&self, nspid: u32) -> f64 {
+        let modules = [format!("/tmp/perf-{nspid}.map"), format!("/tmp/jit-{nspid}.dump")];
+        let from_api = |f: &Frame| f.is_named_jit() && modules.contains(&f.module);
         let n = self.samples.len();
         assert!(n >= 100, "expected at least 100 samples of the loaded API in 5 s, got {n}; {}", self.describe());
-        let jit: Vec<&Frame> = self.frames().filter(|f| f.is_jit()).collect();
-        let named = jit.iter().filter(|f| f.is_named_jit() && f.module == map_module).count();
+        let jit_leaves: Vec<&Frame> =
+            self.samples.iter().filter_map(|s| s.frames.first()).filter(|f| f.is_jit()).collect();
+        let named_leaves = jit_leaves.iter().filter(|f| from_api(f)).count();
+        let leaf_share = named_leaves as f64 / jit_leaves.len().max(1) as f64;
         assert!(
-            !jit.is_empty() && named as f64 >= 0.95 * jit.len() as f64,
-            "expected >= 95% of JIT frames named from {map_module}, got {named} of {}; JIT modules seen: {:?}; {}",
+            !jit_leaves.is_empty() && leaf_share >= 0.9,
+            "expected >= 90% of the samples with a JIT leaf named from {modules:?}, got {named_leaves} of {}; {}",
+            jit_leaves.len(),
+            self.describe()
+        );
+        let jit: Vec<&Frame> = self.frames().filter(|f| f.is_jit()).collect();
+        let named = jit.iter().filter(|f| from_api(f)).count();
+        assert!(
+            named as f64 >= 0.95 * jit.len() as f64,
+            "expected >= 95% of JIT frames named from {modules:?}, got {named} of {}; JIT modules seen: {:?}; {}",
             jit.len(),
             jit.iter().map(|f| f.module.as_str()).collect::<std::collections::BTreeSet<_>>(),
             self.describe()
         );
-        let chain =
-            self.share(|s| s.frames.iter().any(|f| f.symbol.contains("PricingEngine::") && f.module == map_module));
+        let chain = self.share(|s| s.frames.iter().any(|f| f.symbol.contains("PricingEngine::") && from_api(f)));
         assert!(
             chain >= 0.6,
-            "expected PricingEngine:: frames (named from {map_module}) in >= 60% of samples, got {:.1}%; {}",
+            "expected PricingEngine:: frames (named from {modules:?}) in >= 60% of samples, got {:.1}%; {}",
             chain * 100.0,
             self.describe()
         );
+        eprintln!(
+            "{}: {named_leaves} of {} JIT leaves named ({:.1}%), {named} of {} JIT frames",
+            self.dir.display(),
+            jit_leaves.len(),
+            leaf_share * 100.0,
+            jit.len()
+        );
+        leaf_share
     }
+
+    /// The value of `key` in the run's metadata.txt.
+    pub fn metadata(&self, key: &str) -> String {
+        let text = std::fs::read_to_string(self.dir.join("metadata.txt")).unwrap();
+        let prefix = format!("{key}: ");
+        text.lines().find_map(|l| l.strip_prefix(&prefix)).map(String::from).unwrap_or_default()
+    }
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
 }
 
 /// Parses perf script text: a header line per sample, then `\t ADDR LABEL+0xOFF (MODULE)` per frame.

@@ -1,7 +1,8 @@
 // A .NET thread that spends its time inside libc: SpinLoop P/Invokes libc's qsort with a managed comparator
 // (libc calls back into managed code for every comparison). Frame pointers end in libc's merge sort; the stack
 // copies, unwound with libc's CFI, reach SpinLoop and the thread's start method SpinMain. A second thread waits
-// in Monitor.Wait and Thread.Sleep (its switch-out stacks go through libc's futex wait).
+// in Monitor.Wait (BlockOnMonitor) and Thread.Sleep (Nap); its switch-out stacks go through libc's futex wait and
+// nanosleep, where frame pointers end too.
 // Usage: dotnet App.dll SECONDS
 using System;
 using System.Runtime.CompilerServices;
@@ -51,15 +52,28 @@ public static class App
         SpinLoop(20000);
     }
 
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void BlockOnMonitor()
+    {
+        lock (gate)
+        {
+            Monitor.Wait(gate, 50);
+        }
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
+    static void Nap()
+    {
+        Thread.Sleep(20);
+    }
+
+    [MethodImpl(MethodImplOptions.NoInlining)]
     static void WaitMain()
     {
         while (!stop)
         {
-            lock (gate)
-            {
-                Monitor.Wait(gate, 50);
-            }
-            Thread.Sleep(20);
+            BlockOnMonitor();
+            Nap();
         }
     }
 
