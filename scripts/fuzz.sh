@@ -109,7 +109,9 @@ done
 echo "fuzz: done in $(($(date +%s) - started)) s" >&2
 # The targets' scratch folders (fuzz/src/lib.rs) of processes that are gone.
 for scratch in /dev/shm/profcpu-fuzz-* "${TMPDIR:-/tmp}"/profcpu-fuzz-*; do
-    [[ -d $scratch && ! -d /proc/${scratch##*-} ]] && rm -rf "$scratch"
+    pid=${scratch##*-}
+    # Only `profcpu-fuzz-<pid>` (this script's own log folder matches the glob too).
+    [[ $pid =~ ^[0-9]+$ && -d $scratch && ! -d /proc/$pid ]] && rm -rf "$scratch"
 done
 
 if ((${#failed[@]} > 0)); then
