@@ -75,7 +75,8 @@ fn samples_weight_counts_samples_and_period_weight_sums_periods() {
     let fib = by_samples.stacks().iter().find(|(s, _)| s == "dotnet;main;int64 [App] App::Fib").unwrap();
     assert_eq!(fib.1, 1, "the QuickJitted sample");
     // A folder told which event to fold (as each thread's folder is told the whole graph's) takes only that one.
-    let mut folder = Folder::new(&FoldOptions { event: Some("task-clock".into()), weight: Weight::Period, all_events: false });
+    let mut folder =
+        Folder::new(&FoldOptions { event: Some("task-clock".into()), weight: Weight::Period, all_events: false });
     samples.iter().for_each(|s| folder.add(s));
     let task_clock_only = folder.finish();
     assert_eq!(task_clock_only.stacks(), &[("dotnet;main;int64 [App] App::Fib".to_string(), 1)]);

@@ -63,6 +63,7 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
     };
 
     let opts = RecordOptions {
+        probes: None,
         target,
         mode: options.mode(),
         duration: Some(duration),
@@ -86,18 +87,20 @@ pub fn collect(target: Target, options: &CollectOptions) -> Result<PathBuf> {
         }
     };
     eprintln!("{}", summary_line(&summary));
-    after_recording(&run_dir, &summary, observer.capture.take(), observer.target_info.as_ref())?;
+    let metadata = metadata_of(&summary, observer.target_info.as_ref());
+    let outputs = after_recording(&run_dir, metadata, observer.capture.take(), None)?;
+    pipeline::print_summary(&outputs);
     Ok(run_dir.path().to_path_buf())
 }
 
 /// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
 /// copy — exactly what `postprocess` will do later — and write the reports and the archive.
-fn after_recording(
+pub(super) fn after_recording(
     run_dir: &Dir,
-    summary: &RecordSummary,
+    metadata: Metadata,
     capture: Option<Capture>,
-    target: Option<&ProcessInfo>,
-) -> Result<()> {
+    title: Option<String>,
+) -> Result<pipeline::OutputSummary> {
     let recording = pipeline::open_recording(run_dir)?;
     if let Some(capture) = capture {
         let reader = PerfDataReader::from_file(&recording, &run_dir.shown(pipeline::PERF_DATA_FILE))?;
@@ -115,7 +118,6 @@ fn after_recording(
         run_dir.open_dir(SYMBOLS_DIR).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display()));
     // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
     // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
-    let metadata = metadata_of(summary, target);
     run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
     let what = if captured.is_ok() { "perf.data, symbols/ and metadata.txt" } else { "perf.data and metadata.txt" };
     let shown = run_dir.path().display();
@@ -124,16 +126,14 @@ fn after_recording(
             "the outputs were not written: {shown} holds {what} only; `profcpu postprocess -dir {shown}` makes the rest"
         ),
     });
-    let result = pipeline::generate(OutputRequest {
+    pipeline::generate(OutputRequest {
         dir: run_dir,
         recording,
         symbolize: SymbolizeOptions { captured_dir: Some(captured?), live: false, ..SymbolizeOptions::default() },
         report: ReportOptions::default(),
-        title: None,
+        title,
         metadata: MetadataSource::Given(Box::new(metadata)),
-    })?;
-    pipeline::print_summary(&result);
-    Ok(())
+    })
 }
 
 /// metadata.txt for this run.
@@ -254,7 +254,7 @@ pub fn summary_line(s: &RecordSummary) -> String {
 /// Creates `<base>/HH-MM-SS_YYYY-MM-DD` (or `…-2`, `…-3` if taken) as a new directory and opens it. The base may be
 /// a symlink the user made; the run folder itself is always created fresh, never reused, and is reached through
 /// its descriptor from then on. Returns the base, the run folder's name in it, and the run folder.
-fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(Dir, String, Dir)> {
+pub(super) fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(Dir, String, Dir)> {
     let unusable = |e: std::io::Error| {
         anyhow::anyhow!(
             "cannot create the output folder {}: {e}; choose a writable folder with -output",
