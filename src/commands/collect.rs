@@ -102,6 +102,7 @@ pub(super) fn after_recording(
     title: Option<String>,
 ) -> Result<pipeline::OutputSummary> {
     let recording = pipeline::open_recording(run_dir)?;
+    let capture_given = capture.is_some();
     if let Some(capture) = capture {
         let reader = PerfDataReader::from_file(&recording, &run_dir.shown(pipeline::PERF_DATA_FILE))?;
         let saved = capture.finish(&reader)?;
@@ -114,12 +115,19 @@ pub(super) fn after_recording(
             saved.finish_time.as_secs_f64() * 1e3
         );
     }
-    let captured =
-        run_dir.open_dir(SYMBOLS_DIR).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display()));
+    // No capture (nothing to name: probe -no-stacks), no symbols/.
+    let captured = match run_dir.open_dir(SYMBOLS_DIR) {
+        Ok(dir) => Ok(Some(dir)),
+        Err(e) if e.kind() == ErrorKind::NotFound && !capture_given => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display())),
+    };
     // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
     // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
     run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
-    let what = if captured.is_ok() { "perf.data, symbols/ and metadata.txt" } else { "perf.data and metadata.txt" };
+    let what = match &captured {
+        Ok(Some(_)) => "perf.data, symbols/ and metadata.txt",
+        _ => "perf.data and metadata.txt",
+    };
     let shown = run_dir.path().display();
     crate::interrupt::set_stage(crate::interrupt::Stage::Writing {
         left: format!(
@@ -129,7 +137,7 @@ pub(super) fn after_recording(
     pipeline::generate(OutputRequest {
         dir: run_dir,
         recording,
-        symbolize: SymbolizeOptions { captured_dir: Some(captured?), live: false, ..SymbolizeOptions::default() },
+        symbolize: SymbolizeOptions { captured_dir: captured?, live: false, ..SymbolizeOptions::default() },
         report: ReportOptions::default(),
         title,
         metadata: MetadataSource::Given(Box::new(metadata)),

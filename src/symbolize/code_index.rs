@@ -166,7 +166,8 @@ impl CodeIndex {
         let path = maps.iter().map(|m| m.path.as_str()).find(|p| {
             let file = p.rsplit('/').next().unwrap_or(p);
             let stem = file.strip_suffix(".dll").or_else(|| file.strip_suffix(".exe"));
-            stem.is_some_and(|s| s.eq_ignore_ascii_case(assembly))
+            // An assembly is named after its file, with or without the extension (as the compiler was told).
+            stem.is_some_and(|s| s.eq_ignore_ascii_case(assembly)) || file.eq_ignore_ascii_case(assembly)
         })?;
         let root = ProcessInfo::read(self.pid)?.root().ok()?;
         let mut file = root.open_file(Path::new(path), crate::fs::Last::Follow).ok()?;
@@ -264,7 +265,7 @@ fn read_trusted(info: &ProcessInfo, path: &Path, force: bool) -> Result<Option<V
 /// reused for other code). Stubs (`stub<N> …`) are left out: they are not methods.
 fn current_perf_map_code(bytes: &[u8]) -> Vec<JitCode> {
     let mut lines: Vec<(u64, u64, Arc<str>)> = Vec::new();
-    for raw in bytes.split(|&b| b == b'\n') {
+    for raw in bytes.split(is_line_end) {
         let line = String::from_utf8_lossy(raw);
         if let Some((start, end, name)) = perf_map::parse_line(line.trim_end_matches('\r')) {
             lines.push((start, end, super::name_limit::cap_arc(name)));
@@ -283,6 +284,12 @@ fn current_perf_map_code(bytes: &[u8]) -> Vec<JitCode> {
         .filter(|(_, (_, _, name))| !name.starts_with("stub<"))
         .map(|(start, (end, order, name))| JitCode { start, size: end - start, order, name })
         .collect()
+}
+
+/// Where a perf map line ends: at a newline, or at a NUL (.NET 8.0.4 sometimes writes one in place of the newline,
+/// gluing two lines together).
+fn is_line_end(b: &u8) -> bool {
+    *b == b'\n' || *b == 0
 }
 
 /// Every file with executable mappings, with its methods.
@@ -437,7 +444,7 @@ impl JitFeed {
         let Some(end) = bytes.iter().rposition(|&b| b == b'\n') else { return Vec::new() };
         self.at += end as u64 + 1;
         let mut codes = Vec::new();
-        for raw in bytes[..end].split(|&b| b == b'\n') {
+        for raw in bytes[..end].split(is_line_end) {
             let line = String::from_utf8_lossy(raw);
             if let Some((start, end, name)) = perf_map::parse_line(line.trim_end_matches('\r')) {
                 let order = u64::MAX;
@@ -509,6 +516,13 @@ mod tests {
             names,
             [(0x1000, "A::H()[QuickJitted]"), (0x3000, "A::G()[QuickJitted]"), (0x4000, "A::F()[OptimizedTier1]")]
         );
+    }
+
+    #[test]
+    fn a_nul_ends_a_perf_map_line() {
+        let codes = current_perf_map_code(b"1000 10 A::F()[InstrumentedTier]\x002000 10 B::G()[QuickJitted]\n");
+        let names: Vec<&str> = codes.iter().map(|c| &*c.name).collect();
+        assert_eq!(names, ["A::F()[InstrumentedTier]", "B::G()[QuickJitted]"]);
     }
 
     #[test]

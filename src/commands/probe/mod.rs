@@ -32,6 +32,9 @@ use std::time::{Duration, Instant};
 
 /// How often a launched command is looked at for the methods until they all exist.
 const COMMAND_POLL: Duration = Duration::from_millis(50);
+/// Ring-buffer pages per CPU unless `-mmap-pages` says otherwise: a method called a million times a second fills
+/// 100 MB/s of samples (the engine halves it where locked memory is limited).
+const PROBE_RING_PAGES: usize = 1024;
 
 pub fn run(args: ProbeArgs) -> Result<()> {
     let opts = SymbolizeOptions {
@@ -124,7 +127,8 @@ fn probe_command(args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Probed> {
 /// The executable `name` runs (looked up in PATH like execvp).
 fn program_path(name: &str) -> Option<PathBuf> {
     if name.contains('/') {
-        return Some(PathBuf::from(name));
+        // Relative to where profcpu runs, as for the exec.
+        return Some(std::env::current_dir().ok()?.join(name));
     }
     let search = std::env::var_os("PATH")?;
     std::env::split_paths(&search).map(|dir| dir.join(name)).find(|p| p.is_file())
@@ -170,23 +174,26 @@ struct Recorded {
 fn record_probes(target: Target, found: Found, args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Recorded> {
     let (base, run_name, run_dir) = create_run_dir(&args.output, chrono::Local::now())?;
     let stacks = !args.no_stacks;
+    // What names the callers' frames (a launched command's is started once it runs); without stacks nothing needs
+    // names.
     let capture = match &target {
-        // What names the callers' frames; without stacks nothing needs names.
         Target::Pid(pid) if stacks => Some(Capture::new(&run_dir, &[*pid], opts)?),
         _ => None,
     };
+    let capture_later = (stacks && capture.is_none()).then(|| (run_dir.clone(), opts.clone()));
     let tracing = found.plan.uprobes.as_ref().map(|u| u.tracing_data()).transpose()?;
     let request = ProbeRequest { events: found.plan.events.clone(), stacks, tracing };
     let announcement = announcement(&target, &found.plan, args.duration, &run_dir);
     let live = std::io::stderr().is_terminal();
     let mut observer = ProbeObserver::new(found.plan, found.feed, found.stubs, stacks, capture, live, announcement);
+    observer.capture_later = capture_later;
     let record_opts = RecordOptions {
         target: target.clone(),
         mode: record::Mode::Cpu,
         duration: Some(Duration::from_secs_f64(args.duration)),
         frequency: 1,
         event: record::EventKind::CpuClock,
-        mmap_pages: args.mmap_pages,
+        mmap_pages: Some(args.mmap_pages.unwrap_or(PROBE_RING_PAGES)),
         call_graph: if stacks { args.call_graph } else { record::CallGraph::Fp },
         output: run_dir.clone(),
         perf_data: super::pipeline::PERF_DATA_FILE.to_string(),
@@ -380,7 +387,7 @@ mod tests {
 
     #[test]
     fn programs_are_found_like_execvp_finds_them() {
-        assert_eq!(program_path("./x"), Some(PathBuf::from("./x")));
+        assert_eq!(program_path("./x"), Some(std::env::current_dir().unwrap().join("./x")));
         assert!(program_path("sh").is_some_and(|p| p.ends_with("sh") && p.is_absolute()));
         assert_eq!(program_path("no-such-profcpu-program"), None);
     }

@@ -41,6 +41,8 @@ pub struct ProbeObserver {
     /// Per event (index in the recording, 0 the side band): how often the kernel says it fired, read last.
     pub fired: Vec<u64>,
     pub capture: Option<Capture>,
+    /// Where and how to start the capture once the target's PID is known (a launched command).
+    pub capture_later: Option<(crate::fs::Dir, crate::symbolize::SymbolizeOptions)>,
     /// Keep calls' samples in perf.data (with -stacks).
     keep_samples: bool,
     /// Executable file-backed memory of the target: a precode watchpoint hit there is the runtime reading or
@@ -78,6 +80,7 @@ impl ProbeObserver {
             followed: Vec::new(),
             fired: Vec::new(),
             capture,
+            capture_later: None,
             keep_samples: stacks,
             file_code: Vec::new(),
             stubs,
@@ -199,6 +202,12 @@ impl RecordObserver for ProbeObserver {
     fn on_start(&mut self, target_pid: Option<u32>) {
         self.started = Some(Instant::now());
         eprintln!("{}", self.announcement);
+        if let (Some(pid), Some((dir, opts))) = (target_pid, self.capture_later.take()) {
+            match Capture::new(&dir, &[pid], &opts) {
+                Ok(c) => self.capture = Some(c),
+                Err(e) => tracing::warn!("the callers' frames will not be named: {e:#}"),
+            }
+        }
         if let Some(pid) = target_pid {
             let maps = crate::procfs::Process::open(pid).and_then(|p| p.maps()).unwrap_or_default();
             self.file_code = maps

@@ -346,6 +346,15 @@ pub fn lay_out(index: &mut CodeIndex, mut methods: Vec<Method>, stubs: Option<&m
     if registers > DEBUG_REGISTERS {
         bail!("{}", too_many_registers(&methods, registers));
     }
+    if follows && registers == DEBUG_REGISTERS {
+        for m in methods.iter_mut().filter(|m| m.jit == JitCounting::Breakpoints) {
+            let caveat = "no debug register is left to follow its new tiers: calls to code newer than now are missed";
+            m.caveat = Some(match m.caveat.take() {
+                Some(earlier) => format!("{earlier}; {caveat}"),
+                None => caveat.to_string(),
+            });
+        }
+    }
     if follows {
         let spare_at = methods.iter().flat_map(|m| &m.versions).map(|v| v.addr).next().unwrap_or(0x1000);
         for _ in registers..DEBUG_REGISTERS {
