@@ -40,7 +40,7 @@ Examples:
     name = "profcpu",
     version,
     about = "CPU profiler for Linux and JIT runtimes (.NET, Node.js), in and across containers",
-    after_help = "Run 'profcpu collect --help' or 'profcpu postprocess --help' for examples.\n\
+    after_help = "Run 'profcpu <command> --help' (collect, postprocess, probe, offsets) for examples.\n\
                   Logs: -v (info), -vv (debug), or RUST_LOG=profcpu=debug."
 )]
 pub struct Cli {
@@ -79,11 +79,13 @@ Examples:
 
 A PATTERN is matched against method names as profcpu names frames, e.g.
 `int64 [App] MyApp.Books::Reconcile(int32)`: the exact `Namespace.Type::Method`, else a
-substring, or a glob (* ? [..]). JIT methods are found once compiled (called at least once).
-JIT code is probed with hardware breakpoints (x86-64: at most 4 JIT code addresses at once),
-file-backed code (ReadyToRun .dll, ELF) with uprobes. stdout: one line `<calls> <method>` per
-method, most called first, then the output folder (perf.data, folded_stacks.out,
-flamegraph.svg of the callers, metadata.txt, prof.tar.gz).";
+substring, or a glob (* ? [..]). JIT methods are found once compiled (called at least once);
+a .NET 8+ app started without DOTNET_PerfMapEnabled gets its perf map switched on for the run.
+File-backed code (ReadyToRun .dll, ELF) is probed with uprobes; a .NET method's JIT code, whatever
+its tier, with a hardware watchpoint on its entry stub (virtual methods, other JITs: a hardware
+breakpoint on the newest code) — x86-64 has 4 debug registers, so at most 4 JIT methods at once.
+stdout: one line `<calls> <method>` per method, most called first, then the output folder
+(perf.data, folded_stacks.out, flamegraph.svg of the callers, metadata.txt, prof.tar.gz).";
 
 const OFFSETS_EXAMPLES: &str = "\
 Examples:

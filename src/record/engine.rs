@@ -4,7 +4,7 @@
 use super::dsos::DsoTracker;
 use super::events::{self, EventSpec, Trigger};
 use super::explain::{self, OpenTarget};
-use super::probe::{self, ProbePoint};
+use super::probe::{self, HitRecord, ProbePoint};
 use super::progress::Progress;
 use super::ring::{self, RingBuffer};
 use super::target::{self, ExitWatch, LaunchedCommand};
@@ -127,7 +127,12 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         // The side band comes from an event of its own: probes fire rarely, and may not fire at all.
         specs.push(EventSpec { trigger: Trigger::Tracking, kernel: false, ..sampling });
         for p in &probes.events {
-            let trigger = Trigger::Probe { point: p.point, armed: p.armed, stacks: probes.stacks };
+            let record = match (p.sampled, probes.stacks) {
+                (false, _) => HitRecord::Count,
+                (true, false) => HitRecord::Hit,
+                (true, true) => HitRecord::HitWithStack,
+            };
+            let trigger = Trigger::Probe { point: p.point, armed: p.armed, record };
             specs.push(EventSpec { trigger, kernel: false, side_band: false, ..sampling });
         }
     } else if opts.mode.samples_on_cpu() {
@@ -299,7 +304,7 @@ impl Session<'_> {
     /// [`probe::ask_for_caller`]), to be spliced into the callchain before they are written.
     fn splices_caller(&self, e: usize) -> bool {
         let spec = &self.specs[e];
-        matches!(spec.trigger, Trigger::Probe { stacks: true, .. }) && spec.stack_copy_bytes == 0
+        matches!(spec.trigger, Trigger::Probe { record: HitRecord::HitWithStack, .. }) && spec.stack_copy_bytes == 0
     }
 
     fn total_samples(&self) -> u64 {

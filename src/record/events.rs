@@ -2,7 +2,7 @@
 //! cpu-clock, kernel refused → user space only), and the per-fd ioctls.
 
 use super::explain::{self, OpenTarget};
-use super::probe::ProbePoint;
+use super::probe::{HitRecord, ProbePoint};
 use super::EventKind;
 use crate::perf_data::tracing::SCHED_SWITCH;
 use anyhow::Result;
@@ -35,9 +35,9 @@ pub enum Trigger {
     SchedSwitch { id: u64 },
     /// No samples: the side band alone (MMAP2, COMM, FORK/EXIT), for recordings whose other events fire rarely.
     Tracking,
-    /// Every hit of a probe (see [`super::probe`]); `armed: false` opens it disabled (a spare breakpoint), `stacks`
-    /// records the caller's stack with each hit.
-    Probe { point: ProbePoint, armed: bool, stacks: bool },
+    /// Every hit of a probe (see [`super::probe`]); `armed: false` opens it disabled (a spare breakpoint), `record`
+    /// says what a hit leaves.
+    Probe { point: ProbePoint, armed: bool, record: HitRecord },
 }
 
 /// What to ask the kernel for; `build_attr` turns it into the ABI struct.
@@ -106,13 +106,21 @@ pub fn build_attr(spec: &EventSpec) -> perf_event_attr {
             attr.config = abi::PERF_COUNT_SW_DUMMY as u64;
             attr.__bindgen_anon_1.sample_period = 1;
         }
-        Trigger::Probe { point, stacks, .. } => {
+        Trigger::Probe { point, record, .. } => {
             point.apply(&mut attr);
-            attr.__bindgen_anon_1.sample_period = 1;
-            if !stacks {
-                attr.sample_type &= !(abi::PERF_SAMPLE_CALLCHAIN as u64);
-            } else if spec.stack_copy_bytes == 0 {
-                super::probe::ask_for_caller(&mut attr);
+            match record {
+                // A counting event: no sample period.
+                HitRecord::Count => {}
+                HitRecord::Hit => {
+                    attr.__bindgen_anon_1.sample_period = 1;
+                    attr.sample_type &= !(abi::PERF_SAMPLE_CALLCHAIN as u64);
+                }
+                HitRecord::HitWithStack => {
+                    attr.__bindgen_anon_1.sample_period = 1;
+                    if spec.stack_copy_bytes == 0 {
+                        super::probe::ask_for_caller(&mut attr);
+                    }
+                }
             }
         }
     }

@@ -85,6 +85,20 @@ pub struct ProbeEvent {
     /// Fires from the start; a spare breakpoint starts disabled until [`EventControl::retarget`](super::EventControl::retarget)
     /// points it somewhere.
     pub armed: bool,
+    /// Every hit is a sample; else the kernel only counts hits (read with [`EventControl::counts`](super::EventControl::counts)),
+    /// which costs less per hit.
+    pub sampled: bool,
+}
+
+/// What a probe event records of each hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitRecord {
+    /// Nothing: the kernel counts.
+    Count,
+    /// A sample of where and when.
+    Hit,
+    /// A sample with the caller's stack.
+    HitWithStack,
 }
 
 /// What a recording of probes asks for.

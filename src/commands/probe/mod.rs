@@ -82,7 +82,8 @@ fn probe_command(args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Probed> {
         let index = CodeIndex::of_program(&program, opts)?;
         if let Ok(methods) = plan::select(&index, &args.methods) {
             let mut index = index;
-            let found = Found { plan: plan::lay_out(&mut index, methods, None)?, feed: None, stubs: None };
+            let plan = plan::lay_out(&mut index, methods, None, !args.no_stacks)?;
+            let found = Found { plan, feed: None, stubs: None };
             let probed = record_probes(Target::Command(argv.clone()), found, args, opts);
             return finish(probed?);
         }
@@ -156,7 +157,7 @@ fn resolve(pid: u32, args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Found>
         true => Stubs::read(pid).map_err(|e| tracing::debug!("cannot read the stubs of PID {pid}: {e}")).ok(),
         false => None,
     };
-    let plan = plan::lay_out(&mut index, methods, stubs.as_mut())?;
+    let plan = plan::lay_out(&mut index, methods, stubs.as_mut(), !args.no_stacks)?;
     Ok(Found { plan, feed, stubs })
 }
 
@@ -200,7 +201,11 @@ fn record_probes(target: Target, found: Found, args: &ProbeArgs, opts: &Symboliz
         progress: false,
         probes: Some(request),
     };
-    let summary = match record::record(&record_opts, &mut observer) {
+    let recorded = record::record(&record_opts, &mut observer);
+    // The recording closed its events: the uprobes go at once (an abort while the outputs are written would leave
+    // their definitions).
+    drop(observer.plan.uprobes.take());
+    let summary = match recorded {
         Ok(summary) => summary,
         Err(e) => {
             if let Some(c) = &observer.capture {
@@ -265,7 +270,7 @@ fn finish(recorded: Recorded) -> Result<Probed> {
 /// Calls per method. A method counted by uprobes and breakpoints alone takes the kernel's own count of its events
 /// when samples were lost (the ring buffers overflowed); a precode watchpoint's hits must be seen to be counted.
 fn final_calls(observer: &ProbeObserver, summary: &RecordSummary) -> Vec<u64> {
-    let mut calls = observer.counts.calls.clone();
+    let mut calls = observer.counts.calls();
     if summary.lost == 0 || observer.fired.is_empty() {
         return calls;
     }

@@ -17,10 +17,15 @@ use std::time::{Duration, Instant};
 /// Calls counted so far.
 #[derive(Debug, Clone, Default)]
 pub struct Counts {
-    /// Per method.
-    pub calls: Vec<u64>,
     /// Per method: calls by the entry address they went to (a version's, or other JIT code's).
     pub by_entry: Vec<BTreeMap<u64, u64>>,
+}
+
+impl Counts {
+    /// Per method, all its calls.
+    pub fn calls(&self) -> Vec<u64> {
+        self.by_entry.iter().map(|entries| entries.values().sum()).collect()
+    }
 }
 
 /// A new tier of a method seen while probing.
@@ -40,6 +45,8 @@ pub struct ProbeObserver {
     pub followed: Vec<Followed>,
     /// Per event (index in the recording, 0 the side band): how often the kernel says it fired, read last.
     pub fired: Vec<u64>,
+    /// Per probe event that only counts: its count when last taken in.
+    read: Vec<u64>,
     pub capture: Option<Capture>,
     /// Where and how to start the capture once the target's PID is known (a launched command).
     pub capture_later: Option<(crate::fs::Dir, crate::symbolize::SymbolizeOptions)>,
@@ -76,7 +83,8 @@ impl ProbeObserver {
         // Woken as soon as the runtime reports new code, where breakpoints must follow it.
         let inotify = feed.as_ref().filter(|_| follows).and_then(watch_for_writes);
         ProbeObserver {
-            counts: Counts { calls: vec![0; methods], by_entry: vec![BTreeMap::new(); methods] },
+            counts: Counts { by_entry: vec![BTreeMap::new(); methods] },
+            read: vec![0; plan.events.len()],
             followed: Vec::new(),
             fired: Vec::new(),
             capture,
@@ -95,14 +103,13 @@ impl ProbeObserver {
     }
 
     fn count(&mut self, method: usize, entry: u64) {
-        self.counts.calls[method] += 1;
         *self.counts.by_entry[method].entry(entry).or_default() += 1;
     }
 
     /// Where a read of `method`'s precode target slot at `ip` went: the entry of the JIT code called (a
     /// call-counting stub resolved to the code behind it), or `None` when it is no call to count here — the
     /// runtime touching the slot, or a call into the method's ReadyToRun body (its uprobe counts that one).
-    fn precode_call(&mut self, method: usize, ip: u64) -> Option<u64> {
+    fn precode_call(&mut self, method: usize, ip: u64, time: u64) -> Option<u64> {
         let m = &self.plan.methods[method];
         let JitCounting::Precode(precode) = &m.jit else { return None };
         let has_file_code = m.versions.iter().any(|v| v.file.is_some());
@@ -130,9 +137,14 @@ impl ProbeObserver {
         match target {
             Some(t) if known(m, t) => Some(t),
             _ if known(m, ip) => Some(ip),
-            // A stub whose target is gone by now (call counting done and its stubs freed): it led to the code
+            // A stub that no longer says where it led (call counting is over and its stubs are reset). Before the
+            // method had JIT code it led to its ReadyToRun body (whose uprobe counts the call); after, to the code
             // being counted then, the newest.
-            _ => Some(m.newest_jit.unwrap_or(ip)),
+            _ => match (m.jit_since, m.newest_jit) {
+                (Some(since), Some(newest)) if since <= time => Some(newest),
+                _ if has_file_code => None,
+                (_, newest) => Some(newest.unwrap_or(ip)),
+            },
         }
     }
 
@@ -154,6 +166,7 @@ impl ProbeObserver {
             let version = Version { tier: tier.map(str::to_string), addr: code.start, size: code.size, file: None };
             m.versions.push(version.clone());
             m.newest_jit = Some(code.start);
+            m.jit_since.get_or_insert_with(monotonic_now);
             let breakpoint = match m.jit {
                 JitCounting::Breakpoints => {
                     self.unplaced.push(self.followed.len());
@@ -178,8 +191,30 @@ impl ProbeObserver {
         }
     }
 
+    /// Takes in what the events that only count (no samples: `-no-stacks`) counted since the last look, as calls of
+    /// the code each points at.
+    fn take_counts(&mut self, control: &dyn EventControl) {
+        let fired = control.counts();
+        for (e, _) in self.plan.events.iter().enumerate().filter(|(_, ev)| !ev.sampled) {
+            let now = fired.get(e + 1).copied().unwrap_or(0);
+            let delta = now.saturating_sub(self.read[e]);
+            self.read[e] = now;
+            let entry = match self.plan.roles[e] {
+                Role::Uprobe { method, version } => Some((method, self.plan.methods[method].versions[version].addr)),
+                Role::Breakpoint { method: Some(method) } => self.plan.breakpoints[&e].map(|addr| (method, addr)),
+                _ => None,
+            };
+            if let (Some((method, addr)), true) = (entry, delta > 0) {
+                *self.counts.by_entry[method].entry(addr).or_default() += delta;
+            }
+        }
+        self.fired = fired;
+    }
+
     /// Points a spare breakpoint (else the method's own oldest one) at `addr`.
     fn place_breakpoint(&mut self, method: usize, addr: u64, control: &mut dyn EventControl) -> Result<usize, String> {
+        // What a counting breakpoint counted so far belongs to the code it pointed at.
+        self.take_counts(control);
         let roles = &self.plan.roles;
         let spare = self
             .plan
@@ -229,7 +264,7 @@ impl RecordObserver for ProbeObserver {
             c.poll();
         }
         if let (Some(live), Some(started)) = (&mut self.live, self.started) {
-            live.update(started.elapsed(), &self.plan, &self.counts);
+            live.update(started.elapsed(), &self.plan, &self.counts.calls());
         }
     }
 
@@ -239,7 +274,7 @@ impl RecordObserver for ProbeObserver {
             Role::Uprobe { method, version } => (method, self.plan.methods[method].versions[version].addr),
             Role::Breakpoint { method: Some(method) } => (method, sample.ip),
             Role::Breakpoint { method: None } => return false,
-            Role::Precode { method } => match self.precode_call(method, sample.ip) {
+            Role::Precode { method } => match self.precode_call(method, sample.ip, sample.time) {
                 Some(entry) => {
                     // The call's sample names the code called, not the stub that led there.
                     if sample.ip != entry {
@@ -267,13 +302,21 @@ impl RecordObserver for ProbeObserver {
         }
         self.take_new_code();
         self.place_waiting(control);
+        self.take_counts(control);
         if last {
-            self.fired = control.counts();
             if let Some(live) = &mut self.live {
                 live.finish();
             }
         }
     }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds, the clock of sample times.
+fn monotonic_now() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the struct it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
 }
 
 /// An inotify descriptor that becomes readable when the followed file is written; `None` when inotify is not
@@ -321,25 +364,25 @@ impl LiveLine {
         LiveLine { bar, last: None }
     }
 
-    fn update(&mut self, elapsed: Duration, plan: &Plan, counts: &Counts) {
+    fn update(&mut self, elapsed: Duration, plan: &Plan, calls: &[u64]) {
         let rates: Vec<f64> = match &self.last {
             Some((at, before)) if elapsed > *at => {
                 let secs = (elapsed - *at).as_secs_f64();
-                counts.calls.iter().zip(before).map(|(now, then)| (now - then) as f64 / secs).collect()
+                calls.iter().zip(before).map(|(now, then)| now.saturating_sub(*then) as f64 / secs).collect()
             }
-            _ => vec![0.0; counts.calls.len()],
+            _ => vec![0.0; calls.len()],
         };
         let parts: Vec<String> = plan
             .methods
             .iter()
-            .zip(&counts.calls)
+            .zip(calls)
             .zip(&rates)
             .map(|((m, calls), rate)| format!("{} {calls} calls ({rate:.0}/s)", pattern::Name::of(&m.name).qualified))
             .collect();
         let line = format!("probing {:.1} s  {}", elapsed.as_secs_f64(), parts.join("  "));
         self.bar.set_message(crate::escape::line(&line).into_owned());
         self.bar.tick();
-        self.last = Some((elapsed, counts.calls.clone()));
+        self.last = Some((elapsed, calls.to_vec()));
     }
 
     fn finish(&mut self) {

@@ -66,6 +66,9 @@ pub struct Method {
     pub versions: Vec<Version>,
     /// The entry of its newest JIT code (where calls go now).
     pub newest_jit: Option<u64>,
+    /// Since when (CLOCK_MONOTONIC ns) it has JIT code: 0 when it had some when probing began, `None` while it has
+    /// none.
+    pub jit_since: Option<u64>,
     pub jit: JitCounting,
     /// The patterns (by index) that mean it.
     pub patterns: Vec<usize>,
@@ -211,6 +214,7 @@ pub fn select(index: &CodeIndex, patterns: &[String]) -> Result<Vec<Method>> {
                 is_virtual: None,
                 versions,
                 newest_jit: None,
+                jit_since: None,
                 jit: JitCounting::None,
                 patterns,
                 caveat: None,
@@ -246,11 +250,19 @@ fn nothing_matches<'a>(pattern: &str, index: &CodeIndex, names: impl Iterator<It
 
 /// Decides how each method's calls are counted and lays out the probe events: uprobes first, then precode
 /// watchpoints, then execute breakpoints on the newest JIT code, then spare breakpoints for new versions.
-pub fn lay_out(index: &mut CodeIndex, mut methods: Vec<Method>, stubs: Option<&mut Stubs>) -> Result<Plan> {
+/// `stacks`: every call is a sample with its caller's stack; else calls are counted by the kernel where it can
+/// (uprobes, breakpoints), and precode watchpoints sample without stacks (their hits must be looked at).
+pub fn lay_out(
+    index: &mut CodeIndex,
+    mut methods: Vec<Method>,
+    stubs: Option<&mut Stubs>,
+    stacks: bool,
+) -> Result<Plan> {
     let mut stubs = stubs;
     for m in &mut methods {
         m.newest_jit =
             m.versions.iter().filter(|v| v.file.is_none()).max_by_key(|v| newest_key(index, v.addr)).map(|v| v.addr);
+        m.jit_since = m.newest_jit.map(|_| 0);
         let has_jit = m.versions.iter().any(|v| v.file.is_none());
         let may_get_jit = has_jit || (m.dotnet && m.versions.iter().any(|v| v.tier.as_deref() == Some("PreJIT")));
         if !may_get_jit {
@@ -313,6 +325,7 @@ pub fn lay_out(index: &mut CodeIndex, mut methods: Vec<Method>, stubs: Option<&m
                     name: event_name(&methods[*i].name),
                     point: ProbePoint::Uprobe { id, offset: file.offset },
                     armed: true,
+                    sampled: stacks,
                 });
                 roles.push(Role::Uprobe { method: *i, version: *v });
             }
@@ -325,6 +338,7 @@ pub fn lay_out(index: &mut CodeIndex, mut methods: Vec<Method>, stubs: Option<&m
                 name: event_name(&m.name),
                 point: ProbePoint::Access { addr: p.target_slot },
                 armed: true,
+                sampled: true,
             });
             roles.push(Role::Precode { method: i });
         }
@@ -338,7 +352,12 @@ pub fn lay_out(index: &mut CodeIndex, mut methods: Vec<Method>, stubs: Option<&m
         // The newest code is the one the runtime calls; older tiers are no longer entered.
         if let Some(addr) = m.newest_jit {
             breakpoints.insert(events.len(), Some(addr));
-            events.push(ProbeEvent { name: event_name(&m.name), point: ProbePoint::Execute { addr }, armed: true });
+            events.push(ProbeEvent {
+                name: event_name(&m.name),
+                point: ProbePoint::Execute { addr },
+                armed: true,
+                sampled: stacks,
+            });
             roles.push(Role::Breakpoint { method: Some(i) });
         }
     }
@@ -363,6 +382,7 @@ pub fn lay_out(index: &mut CodeIndex, mut methods: Vec<Method>, stubs: Option<&m
                 name: "probe:spare".to_string(),
                 point: ProbePoint::Execute { addr: spare_at },
                 armed: false,
+                sampled: stacks,
             });
             roles.push(Role::Breakpoint { method: None });
         }
