@@ -200,3 +200,48 @@ pub(super) fn read_count(fd: BorrowedFd) -> u64 {
         0
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::abi::CONTEXT_USER;
+    use crate::perf_data::{Sample, UserContext};
+
+    #[test]
+    fn the_caller_on_top_of_the_stack_joins_the_callchain() {
+        let ret: u64 = 0x5555_0000_1234;
+        let user =
+            UserContext { abi: 2, mask: REG_SP, regs: vec![0x7ffc_0000_0000], stack: ret.to_le_bytes().to_vec() };
+        let mut sample = Sample {
+            misc: 0,
+            id: None,
+            ip: 0x7f00_0000_1000,
+            pid: 1,
+            tid: 1,
+            time: 0,
+            cpu: 0,
+            period: 1,
+            callchain: vec![CONTEXT_USER, 0x7f00_0000_1000, 0x5555_0000_9999],
+            raw: Vec::new(),
+            user: Some(user),
+        };
+        splice_caller(&mut sample);
+        assert_eq!(sample.callchain, [CONTEXT_USER, 0x7f00_0000_1000, ret, 0x5555_0000_9999]);
+        assert!(sample.user.is_none(), "the stack copy is not written");
+        // Already there (a walk that found it): not twice.
+        let mut again = sample.clone();
+        again.user = Some(UserContext { abi: 2, mask: REG_SP, regs: vec![0], stack: ret.to_le_bytes().to_vec() });
+        splice_caller(&mut again);
+        assert_eq!(again.callchain, sample.callchain);
+    }
+
+    #[test]
+    fn the_stored_attr_has_no_stack_copy() {
+        let mut attr = perf_event_attr::default();
+        ask_for_caller(&mut attr);
+        assert_eq!((attr.sample_stack_user, attr.sample_regs_user), (8, REG_SP));
+        let stored = without_caller_copy(&attr);
+        let copy = (abi::PERF_SAMPLE_REGS_USER | abi::PERF_SAMPLE_STACK_USER) as u64;
+        assert_eq!((stored.sample_type & copy, stored.sample_stack_user, stored.sample_regs_user), (0, 0, 0));
+    }
+}
