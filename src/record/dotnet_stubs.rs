@@ -31,8 +31,8 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 
-/// Executable anonymous memory read in all: stub heaps are a few MB; more is not stubs worth scanning.
-const MAX_SCANNED: u64 = 512 << 20;
+/// Executable anonymous memory read in all: stub and code heaps of a large service take a few tens of MB.
+const MAX_SCANNED: u64 = 128 << 20;
 
 /// A method's FixupPrecode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -376,6 +376,9 @@ fn read_images(
     Ok(images)
 }
 
+/// Bytes of a perf map or jitdump read per [`JitFeed::read_new`].
+const FEED_CHUNK: u64 = 16 << 20;
+
 /// New JIT code as the runtime reports it: what was appended to its perf map (or jitdump) since the last call. The
 /// file is opened once (as [`CodeIndex`] reads it: through the target's root, trusted files only) and read on from
 /// where the last complete line (record) ended.
@@ -429,7 +432,8 @@ impl JitFeed {
             // Rewritten from the start (perf maps switched off and on again).
             self.at = 0;
         }
-        let want = (len - self.at).min(Limit::JIT_FILE.bytes) as usize;
+        // The rest comes with the next call: a runtime writes a few hundred bytes per method.
+        let want = (len - self.at).min(FEED_CHUNK) as usize;
         if want == 0 {
             return Vec::new();
         }

@@ -112,8 +112,8 @@ fn probe_command(args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Probed> {
         std::thread::sleep(COMMAND_POLL);
     };
     let probed = found.and_then(|found| {
-        tracing::info!(
-            "the methods exist {:.2} s after the start; calls before are not counted",
+        tracing::warn!(
+            "the methods exist {:.2} s after the command started: calls before are not counted",
             waited.elapsed().as_secs_f64()
         );
         record_probes(Target::Pid(pid), found, args, opts)
