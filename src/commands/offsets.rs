@@ -22,9 +22,6 @@ pub fn run(args: OffsetsArgs) -> Result<()> {
         None => ImageFilter::All,
     };
     let index = CodeIndex::read(args.pid, &opts, filter)?;
-    for w in &index.warnings {
-        tracing::warn!("{w}");
-    }
     if index.images.is_empty() {
         match &args.image {
             Some(name) => bail!(

@@ -86,25 +86,16 @@ impl Image {
             .find(|m| offset >= m.offset && offset - m.offset < m.end - m.start)
             .map(|m| m.start + (offset - m.offset))
     }
-
-    /// The file name (last path component).
-    pub fn file_name(&self) -> &str {
-        self.path.rsplit('/').next().unwrap_or(&self.path)
-    }
 }
 
 /// Named code of one live process.
 pub struct CodeIndex {
     pub pid: u32,
-    /// The process's PID in its own namespace (its perf map is named with it).
-    pub nspid: u32,
     /// The JIT code there is now (later perf map lines win where code was replaced), sorted by start.
     pub jit: Vec<JitCode>,
     /// Where the JIT names came from (`/tmp/perf-1234.map`), if anywhere.
     pub jit_source: Option<String>,
     pub images: Vec<Image>,
-    /// Files that could not be read or named, one line each.
-    pub warnings: Vec<String>,
     /// What the process's .NET assemblies declare, by assembly name (read when first asked).
     declared: HashMap<String, Option<HashMap<String, bool>>>,
 }
@@ -114,8 +105,6 @@ pub enum ImageFilter<'a> {
     All,
     /// Only files whose path ends with, or whose file name contains, this text.
     Named(&'a str),
-    /// No file-backed code at all.
-    None,
 }
 
 impl CodeIndex {
@@ -124,19 +113,16 @@ impl CodeIndex {
         let process = Process::open(pid).with_context(|| format!("no process with PID {pid}"))?;
         let maps = process.maps().with_context(|| format!("cannot read /proc/{pid}/maps"))?;
         let info = ProcessInfo::read(pid).with_context(|| format!("cannot read /proc/{pid}/status"))?;
-        let mut warnings = Vec::new();
         let (jit, jit_source) = match read_jit_code(&info, &maps, opts.force_maps) {
             Ok(found) => found.map_or((Vec::new(), None), |(codes, shown)| (codes, Some(shown))),
             Err(e) => {
-                warnings.push(e);
+                // Files that cannot be read or named are said once per run (the same as the symbolizer's).
+                super::sources::log_once(&e);
                 (Vec::new(), None)
             }
         };
-        let images = match images {
-            ImageFilter::None => Vec::new(),
-            filter => read_images(pid, &maps, opts, &filter, &mut warnings)?,
-        };
-        Ok(CodeIndex { pid, nspid: info.nspid, jit, jit_source, images, warnings, declared: HashMap::new() })
+        let images = read_images(pid, &maps, opts, &images)?;
+        Ok(CodeIndex { pid, jit, jit_source, images, declared: HashMap::new() })
     }
 
     /// Whether the .NET method named `name` (without a tier tag) is virtual, from its assembly's metadata: the
@@ -204,23 +190,7 @@ impl CodeIndex {
                 methods,
             });
         }
-        Ok(CodeIndex {
-            pid: 0,
-            nspid: 0,
-            jit: Vec::new(),
-            jit_source: None,
-            images,
-            warnings: Vec::new(),
-            declared: HashMap::new(),
-        })
-    }
-
-    /// The image holding address `addr`, and the file offset there.
-    pub fn image_at(&self, addr: u64) -> Option<(&Image, u64)> {
-        self.images.iter().find_map(|image| {
-            let m = image.mappings.iter().find(|m| m.start <= addr && addr < m.end)?;
-            Some((image, m.offset + (addr - m.start)))
-        })
+        Ok(CodeIndex { pid: 0, jit: Vec::new(), jit_source: None, images, declared: HashMap::new() })
     }
 }
 
@@ -293,13 +263,7 @@ fn is_line_end(b: &u8) -> bool {
 }
 
 /// Every file with executable mappings, with its methods.
-fn read_images(
-    pid: u32,
-    maps: &[MapsEntry],
-    opts: &SymbolizeOptions,
-    filter: &ImageFilter,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<Image>> {
+fn read_images(pid: u32, maps: &[MapsEntry], opts: &SymbolizeOptions, filter: &ImageFilter) -> Result<Vec<Image>> {
     let mut by_file: BTreeMap<(u32, u32, u64, String), Vec<MapsEntry>> = BTreeMap::new();
     for m in maps {
         if !m.is_executable() || classify(&m.path) != MapKind::File {
@@ -311,7 +275,6 @@ fn read_images(
                 let file_name = m.path.rsplit('/').next().unwrap_or(&m.path);
                 m.path.ends_with(name) || file_name.contains(name)
             }
-            ImageFilter::None => false,
         };
         if wanted {
             by_file.entry((m.maj, m.min, m.inode, m.path.clone())).or_default().push(m.clone());
@@ -372,7 +335,6 @@ fn read_images(
         let reachable = PathBuf::from(format!("/proc/{pid}/map_files/{:x}-{:x}", first.start, first.end));
         images.push(Image { path: file.path.clone(), format, mappings, reachable, methods });
     }
-    warnings.extend(sources.warnings.list);
     Ok(images)
 }
 
@@ -384,7 +346,6 @@ const FEED_CHUNK: u64 = 16 << 20;
 /// where the last complete line (record) ended.
 pub struct JitFeed {
     file: File,
-    shown: String,
     at: u64,
     jitdump: bool,
 }
@@ -403,7 +364,7 @@ impl JitFeed {
             match jit_files::open_trusted(&root, Path::new(&path), &[info.uid], force) {
                 Ok((file, size)) => {
                     let at = if jitdump { jitdump_end_of_records(&file, size) } else { size };
-                    return Ok(Some(JitFeed { file, shown: path, at, jitdump }));
+                    return Ok(Some(JitFeed { file, at, jitdump }));
                 }
                 Err(e) => {
                     if let Some(why) = jit_files::refusal(Path::new(&path), pid, &e) {
@@ -413,11 +374,6 @@ impl JitFeed {
             }
         }
         Ok(None)
-    }
-
-    /// The file followed, as the target sees it.
-    pub fn shown(&self) -> &str {
-        &self.shown
     }
 
     /// The open file (to watch it for writes).

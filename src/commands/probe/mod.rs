@@ -97,7 +97,7 @@ fn probe_command(args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Probed> {
     let mut perf_maps = None;
     let found = loop {
         if let Some(signal) = crate::interrupt::received() {
-            return Err(crate::interrupt::Interrupted { signal }.into());
+            break Err(crate::interrupt::Interrupted { signal }.into());
         }
         if perf_maps.is_none() {
             perf_maps = perf_maps::switch_on_when_ready(pid);
@@ -149,9 +149,6 @@ fn resolve(pid: u32, args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Found>
         None
     });
     let mut index = CodeIndex::read(pid, opts, ImageFilter::All)?;
-    for w in &index.warnings {
-        tracing::warn!("{w}");
-    }
     let methods = plan::select(&index, &args.methods)?;
     let mut stubs = match methods.iter().any(|m| m.dotnet) {
         true => Stubs::read(pid).map_err(|e| tracing::debug!("cannot read the stubs of PID {pid}: {e}")).ok(),
