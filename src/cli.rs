@@ -73,7 +73,7 @@ Examples:
     name = "profcpu",
     version,
     about = "CPU profiler for Linux and JIT runtimes (.NET, Node.js), in and across containers",
-    after_help = "Run 'profcpu collect --help', 'profcpu trap --help' or 'profcpu postprocess --help' for examples.\n\
+    after_help = "Run 'profcpu <command> --help' (collect, trap, postprocess, probe, offsets) for examples.\n\
                   Logs: -v (info), -vv (debug), or RUST_LOG=profcpu=debug."
 )]
 pub struct Cli {
@@ -96,6 +96,98 @@ pub enum Command {
     /// Regenerate perf_script.out, folded_stacks.out, flamegraph.svg and prof.tar.gz from saved data, offline.
     #[command(after_help = POSTPROCESS_EXAMPLES)]
     Postprocess(PostprocessArgs),
+    /// Count every call of methods (.NET JIT or ReadyToRun, native functions) and record who calls them.
+    #[command(after_help = PROBE_EXAMPLES)]
+    Probe(ProbeArgs),
+    /// List the file offsets of the methods in a process's ReadyToRun and ELF images, for perf probe or bpftrace.
+    #[command(after_help = OFFSETS_EXAMPLES)]
+    Offsets(OffsetsArgs),
+}
+
+const PROBE_EXAMPLES: &str = "\
+Examples:
+  # count calls of a .NET method in PID 4242 for 10 s, with the callers' flame graph
+  profcpu probe -pid 4242 -method 'MyApp.Books::Reconcile' -duration 10
+  # several patterns (substring or glob), counting only
+  profcpu probe -pid 4242 -method '*Reconcile*' 'System.Convert::ToBase64String' -no-stacks
+  # a native function of a command, from its first instruction until it exits
+  profcpu probe -method compress_block -- ./encoder input.bin
+
+A PATTERN is matched against method names as profcpu names frames, e.g.
+`int64 [App] MyApp.Books::Reconcile(int32)`: the exact `Namespace.Type::Method`, else a
+substring, or a glob (* ? [..]). JIT methods are found once compiled (called at least once);
+a .NET 8+ app started without DOTNET_PerfMapEnabled gets its perf map switched on for the run.
+File-backed code (ReadyToRun .dll, ELF) is probed with uprobes; a .NET method's JIT code, whatever
+its tier, with a hardware watchpoint on its entry stub (virtual methods, other JITs: a hardware
+breakpoint on the newest code) — x86-64 has 4 debug registers, so at most 4 JIT methods at once.
+stdout: one line `<calls> <method>` per method, most called first, then the output folder
+(perf.data, folded_stacks.out, flamegraph.svg of the callers, metadata.txt, prof.tar.gz).";
+
+const OFFSETS_EXAMPLES: &str = "\
+Examples:
+  # every method of CoreLib in PID 4242, then a uprobe on one with perf
+  profcpu offsets -pid 4242 -image System.Private.CoreLib.dll | grep 'Convert::ToBase64String'
+  perf probe -x /path/to/System.Private.CoreLib.dll --add 0x144690
+
+Each line is `0xOFFSET IMAGE-PATH METHOD`: the file offset of the method's first instruction
+in the image (ReadyToRun .dll or ELF file) the process maps, with a path that reaches the
+file from here (through /proc/PID/root for a process in a container).";
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Process whose calls to count (host PID, or the PID as seen from this container).
+    #[arg(long, value_name = "PID", default_value_t = 1, conflicts_with = "command", value_parser = parse_pid, allow_negative_numbers = true)]
+    pub pid: u32,
+
+    /// Methods to probe: an exact `Namespace.Type::Method`, a substring or a glob; several may follow.
+    #[arg(long = "method", value_name = "PATTERN", required = true, num_args = 1..)]
+    pub methods: Vec<String>,
+
+    /// Seconds to probe (fractions allowed). Ctrl+C or SIGTERM stops early and still writes every output.
+    #[arg(long, value_name = "SECS", default_value = "30", value_parser = parse_duration, allow_negative_numbers = true)]
+    pub duration: f64,
+
+    /// Record the callers' stack of every call (the default).
+    #[arg(long, conflicts_with = "no_stacks")]
+    pub stacks: bool,
+
+    /// Count calls only: no stacks, no flame graph (cheaper per call).
+    #[arg(long)]
+    pub no_stacks: bool,
+
+    /// How callers' stacks are recorded: fp (frame pointers: cheapest, the default), auto (plus an 8 KB stack copy
+    /// per call, for callers in code without frame pointers) or dwarf (32 KB).
+    #[arg(long, value_name = "MODE", default_value = "fp", value_parser = call_graph_parser())]
+    pub call_graph: CallGraph,
+
+    /// Base folder; each run writes into a new <base>/HH-MM-SS_YYYY-MM-DD inside it.
+    #[arg(long, value_name = "DIR", default_value = "profilings")]
+    pub output: PathBuf,
+
+    /// Ring-buffer data pages per CPU (power of two, 1 to 1024).
+    #[arg(long, value_name = "PAGES", value_parser = parse_pages)]
+    pub mmap_pages: Option<usize>,
+
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
+
+    /// Command to launch and probe until it exits (after `--`).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct OffsetsArgs {
+    /// Process whose images to list (host PID, or the PID as seen from this container).
+    #[arg(long, value_name = "PID", default_value_t = 1, value_parser = parse_pid, allow_negative_numbers = true)]
+    pub pid: u32,
+
+    /// Only images whose path ends with, or whose file name contains, NAME (e.g. System.Private.CoreLib.dll).
+    #[arg(long, value_name = "NAME")]
+    pub image: Option<String>,
+
+    #[command(flatten)]
+    pub symbols: SymbolArgs,
 }
 
 #[derive(Debug, Args)]

@@ -109,7 +109,8 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
         (JitNamesState::LeftAlone, _) => "left alone (-no-ipc)".to_string(),
         (_, names) => names.as_ref().and_then(JitNames::describe).unwrap_or_default(),
     };
-    after_recording(&run_dir, metadata, observer.capture.take())?;
+    let outputs = after_recording(&run_dir, metadata, observer.capture.take(), None)?;
+    pipeline::print_summary(&outputs);
     Ok(run_dir.path().to_path_buf())
 }
 
@@ -126,6 +127,7 @@ pub fn check(target: &Target, options: &CollectOptions) -> Result<()> {
 /// How `options` record `target` into `output`.
 fn record_options(target: Target, options: &CollectOptions, output: Dir) -> RecordOptions {
     RecordOptions {
+        probes: None,
         target,
         mode: options.mode(),
         command_env: Vec::new(),
@@ -142,8 +144,14 @@ fn record_options(target: Target, options: &CollectOptions, output: Dir) -> Reco
 
 /// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
 /// copy — exactly what `postprocess` will do later — and write the reports and the archive.
-fn after_recording(run_dir: &Dir, metadata: Metadata, capture: Option<Capture>) -> Result<()> {
+pub(super) fn after_recording(
+    run_dir: &Dir,
+    metadata: Metadata,
+    capture: Option<Capture>,
+    title: Option<String>,
+) -> Result<pipeline::OutputSummary> {
     let recording = pipeline::open_recording(run_dir)?;
+    let capture_given = capture.is_some();
     if let Some(capture) = capture {
         let reader = PerfDataReader::from_file(&recording, &run_dir.shown(pipeline::PERF_DATA_FILE))?;
         let saved = capture.finish(&reader)?;
@@ -156,28 +164,33 @@ fn after_recording(run_dir: &Dir, metadata: Metadata, capture: Option<Capture>) 
             saved.finish_time.as_secs_f64() * 1e3
         );
     }
-    let captured =
-        run_dir.open_dir(SYMBOLS_DIR).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display()));
+    // No capture (nothing to name: probe -no-stacks), no symbols/.
+    let captured = match run_dir.open_dir(SYMBOLS_DIR) {
+        Ok(dir) => Ok(Some(dir)),
+        Err(e) if e.kind() == ErrorKind::NotFound && !capture_given => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display())),
+    };
     // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
     // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
     run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
-    let what = if captured.is_ok() { "perf.data, symbols/ and metadata.txt" } else { "perf.data and metadata.txt" };
+    let what = match &captured {
+        Ok(Some(_)) => "perf.data, symbols/ and metadata.txt",
+        _ => "perf.data and metadata.txt",
+    };
     let shown = run_dir.path().display();
     crate::interrupt::set_stage(crate::interrupt::Stage::Writing {
         left: format!(
             "the outputs were not written: {shown} holds {what} only; `profcpu postprocess -dir {shown}` makes the rest"
         ),
     });
-    let result = pipeline::generate(OutputRequest {
+    pipeline::generate(OutputRequest {
         dir: run_dir,
         recording,
-        symbolize: SymbolizeOptions { captured_dir: Some(captured?), live: false, ..SymbolizeOptions::default() },
+        symbolize: SymbolizeOptions { captured_dir: captured?, live: false, ..SymbolizeOptions::default() },
         report: ReportOptions::default(),
-        title: None,
+        title,
         metadata: MetadataSource::Given(Box::new(metadata)),
-    })?;
-    pipeline::print_summary(&result);
-    Ok(())
+    })
 }
 
 /// metadata.txt for this run.
@@ -371,7 +384,7 @@ pub fn summary_line(s: &RecordSummary) -> String {
 /// Creates `<base>/HH-MM-SS_YYYY-MM-DD` (or `…-2`, `…-3` if taken) as a new directory and opens it. The base may be
 /// a symlink the user made; the run folder itself is always created fresh, never reused, and is reached through
 /// its descriptor from then on. Returns the base, the run folder's name in it, and the run folder.
-fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(Dir, String, Dir)> {
+pub(super) fn create_run_dir(base: &Path, now: chrono::DateTime<chrono::Local>) -> Result<(Dir, String, Dir)> {
     let base_dir = open_base(base)?;
     let stem = now.format("%H-%M-%S_%Y-%m-%d").to_string();
     for n in 1..=MAX_RUN_DIR_SUFFIX {

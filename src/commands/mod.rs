@@ -1,8 +1,10 @@
 //! One function per subcommand, wiring the stages together: record → perf_data → symbolize → report → archive.
 
 pub mod collect;
+pub mod offsets;
 pub mod pipeline;
 pub mod postprocess;
+pub mod probe;
 pub mod trap;
 
 use crate::cli::{Cli, Command, SymbolArgs};
@@ -16,6 +18,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Collect(args) => collect::run(args),
         Command::Postprocess(args) => postprocess::run(args),
         Command::Trap(args) => trap::run(args),
+        Command::Probe(args) => probe::run(args),
+        Command::Offsets(args) => offsets::run(args),
     }
 }
 

@@ -115,6 +115,11 @@ impl Attr {
         self.kind() == TYPE_TRACEPOINT
     }
 
+    /// A hardware breakpoint (`PERF_TYPE_BREAKPOINT`, what `perf record -e mem:ADDR` makes).
+    pub fn is_breakpoint(&self) -> bool {
+        self.kind() == super::abi::TYPE_BREAKPOINT
+    }
+
     /// Whether the event asked for PERF_RECORD_SWITCH records (the task's arrivals on and departures from CPUs).
     pub fn context_switch(&self) -> bool {
         self.fields.0.context_switch() != 0

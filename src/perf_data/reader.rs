@@ -179,12 +179,16 @@ impl PerfDataReader {
             bail!("data section overlaps the header");
         }
 
-        // A tracepoint's attr holds only its id: its name is in the file's tracing data (its format), or in the
-        // recorder's description of the events (EVENT_DESC).
-        for (i, ev) in events.iter_mut().enumerate().filter(|(_, ev)| ev.attr.is_tracepoint()) {
+        // A tracepoint's attr holds only its id, a breakpoint's only its address: their names are in the recorder's
+        // description of the events (EVENT_DESC), else (a tracepoint) in the file's tracing data — the order perf
+        // takes them in.
+        for (i, ev) in
+            events.iter_mut().enumerate().filter(|(_, ev)| ev.attr.is_tracepoint() || ev.attr.is_breakpoint())
+        {
             let traced = features.tracing.as_ref().and_then(|t| t.event(ev.attr.config())).map(|f| f.full_name());
+            let traced = traced.filter(|_| ev.attr.is_tracepoint());
             let described = features.event_desc.get(i).map(|(name, _)| name.clone()).filter(|n| !n.is_empty());
-            if let Some(name) = traced.or(described) {
+            if let Some(name) = described.or(traced) {
                 ev.name = name;
             }
         }

@@ -4,11 +4,12 @@
 use super::dsos::DsoTracker;
 use super::events::{self, EventSpec, Trigger};
 use super::explain::{self, OpenTarget};
+use super::probe::{self, HitRecord, ProbePoint};
 use super::progress::Progress;
 use super::ring::{self, RingBuffer};
 use super::target::{self, ExitWatch, LaunchedCommand};
 use super::{header_features, synthesize, tracepoint, CallGraph};
-use super::{EndReason, RecordObserver, RecordOptions, RecordSummary, Target};
+use super::{EndReason, EventControl, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::interrupt;
 use crate::perf_data::abi::{RECORD_FORK, RECORD_SAMPLE, RECORD_SWITCH, RECORD_SWITCH_CPU_WIDE};
 use crate::perf_data::tracing::TracingData;
@@ -16,7 +17,7 @@ use crate::perf_data::{Attr, EventDesc, PerfDataWriter, Record, SampleFormat};
 use anyhow::{bail, Context, Result};
 use perf_event_open_sys::bindings::perf_event_attr;
 use std::collections::{HashMap, HashSet};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 /// How often the observer ticks, the progress line updates and the buffers are drained even without a wake-up.
@@ -32,6 +33,8 @@ const SWITCH_RATE_WINDOW: Duration = Duration::from_millis(200);
 struct CpuBuffer {
     cpu: u32,
     owner: OwnedFd,
+    /// The event the owner belongs to.
+    event: usize,
     ring: RingBuffer,
     /// The owner's task is gone (poll reports POLLHUP forever): keep reading, stop polling.
     hung_up: bool,
@@ -41,12 +44,15 @@ struct CpuBuffer {
 struct TaskEvent {
     fd: Option<OwnedFd>,
     id: u64,
+    event: usize,
 }
 
 struct Session<'o> {
     /// The recording's events, opened for every task and CPU: the first carries the side band (MMAP2, COMM, …).
     specs: Vec<EventSpec>,
     attrs: Vec<perf_event_attr>,
+    /// Per event: its name in perf.data.
+    names: Vec<String>,
     cpus: Vec<u32>,
     data_pages: usize,
     pages_requested: usize,
@@ -119,7 +125,7 @@ fn plan(opts: &RecordOptions) -> Result<Plan> {
         })
         .max(1);
     let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, ring::page_size());
-    let switches = match opts.mode.records_switches() {
+    let switches = match opts.mode.records_switches() && opts.probes.is_none() {
         true => Some(tracepoint::sched_switch(opts.mode.name())?),
         false => None,
     };
@@ -134,7 +140,19 @@ fn plan(opts: &RecordOptions) -> Result<Plan> {
         stack_copy_bytes: call_graph.stack_copy_bytes(),
     };
     let mut specs = Vec::new();
-    if opts.mode.samples_on_cpu() {
+    if let Some(probes) = &opts.probes {
+        // The side band comes from an event of its own: probes fire rarely, and may not fire at all.
+        specs.push(EventSpec { trigger: Trigger::Tracking, kernel: false, ..sampling });
+        for p in &probes.events {
+            let record = match (p.sampled, probes.stacks) {
+                (false, _) => HitRecord::Count,
+                (true, false) => HitRecord::Hit,
+                (true, true) => HitRecord::HitWithStack,
+            };
+            let trigger = Trigger::Probe { point: p.point, armed: p.armed, record };
+            specs.push(EventSpec { trigger, kernel: false, side_band: false, ..sampling });
+        }
+    } else if opts.mode.samples_on_cpu() {
         specs.push(sampling);
     }
     if let Some(switches) = &switches {
@@ -146,8 +164,9 @@ fn plan(opts: &RecordOptions) -> Result<Plan> {
             ..sampling
         });
     }
+    let tracing = switches.as_ref().map(|s| s.tracing.clone()).or_else(|| opts.probes.as_ref()?.tracing.clone());
     let notices = ring_notice.into_iter().chain(switches.as_ref().and_then(|s| s.notice.clone())).collect();
-    Ok(Plan { specs, data_pages, call_graph, tracing: switches.map(|s| s.tracing), notices })
+    Ok(Plan { specs, data_pages, call_graph, tracing, notices })
 }
 
 /// Opens, and closes at once, the events a recording with `opts` would open first (on the target process, or
@@ -187,9 +206,16 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
         switches.stack_copy_bytes = copy;
         notices.extend(notice);
     }
+    let mut names: Vec<String> = specs.iter().map(|s| s.event_name().to_string()).collect();
+    if let Some(probes) = &opts.probes {
+        for (name, p) in names[1..].iter_mut().zip(&probes.events) {
+            name.clone_from(&p.name);
+        }
+    }
     let max_cpu = cpus.iter().max().copied().unwrap_or(0) as usize;
     let mut session = Session {
         attrs: specs.iter().map(events::build_attr).collect(),
+        names,
         ids: vec![Vec::new(); specs.len()],
         event_of_id: HashMap::new(),
         formats: Vec::new(),
@@ -272,11 +298,15 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
             break EndReason::TargetExited;
         }
         let wake_at = deadline.map_or(next_tick, |d| d.min(next_tick));
-        session.wait(wake_at.saturating_duration_since(now), exit_watch.as_ref());
+        let woken = session.wait(wake_at.saturating_duration_since(now), exit_watch.as_ref());
         if session.drain()? > 0 {
             session.writer().finished_round()?;
         }
-        if Instant::now() >= next_tick {
+        let tick = Instant::now() >= next_tick;
+        if woken || tick {
+            session.poll_observer(false);
+        }
+        if tick {
             session.observer.on_tick();
             progress.update(started.elapsed(), session.total_samples(), session.lost(), session.writer().data_size());
             next_tick = Instant::now() + TICK;
@@ -290,6 +320,7 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
     if session.drain()? > 0 {
         session.writer().finished_round()?;
     }
+    session.poll_observer(true);
     if let Some(cmd) = &mut launched {
         cmd.terminate(COMMAND_GRACE);
     }
@@ -326,6 +357,13 @@ impl Session<'_> {
 
     fn lost(&self) -> u64 {
         self.lost_per_cpu.iter().sum()
+    }
+
+    /// Whether event `e`'s samples carry a probed function's caller in their stack copy (see
+    /// [`probe::ask_for_caller`]), to be spliced into the callchain before they are written.
+    fn splices_caller(&self, e: usize) -> bool {
+        let spec = &self.specs[e];
+        matches!(spec.trigger, Trigger::Probe { record: HitRecord::HitWithStack, .. }) && spec.stack_copy_bytes == 0
     }
 
     fn total_samples(&self) -> u64 {
@@ -471,11 +509,11 @@ impl Session<'_> {
             Some(buffer) => {
                 events::redirect_output(fd.as_fd(), buffer.owner.as_fd())
                     .with_context(|| format!("cannot redirect an event into CPU {}'s ring buffer", buffer.cpu))?;
-                self.others.push(TaskEvent { fd: Some(fd), id });
+                self.others.push(TaskEvent { fd: Some(fd), id, event: e });
             }
             None => {
                 let ring = self.map_ring(&fd)?;
-                self.buffers[i] = Some(CpuBuffer { cpu: self.cpus[i], owner: fd, ring, hung_up: false });
+                self.buffers[i] = Some(CpuBuffer { cpu: self.cpus[i], owner: fd, event: e, ring, hung_up: false });
             }
         }
         Ok(())
@@ -520,11 +558,14 @@ impl Session<'_> {
 
     fn create_writer(&mut self, opts: &RecordOptions) -> Result<()> {
         let mut descs = Vec::new();
-        for (e, spec) in self.specs.iter().enumerate() {
-            let attr = Attr::from_kernel(&self.attrs[e]);
-            descs.push(EventDesc { name: spec.event_name().to_string(), attr, ids: self.ids[e].clone() });
+        for e in 0..self.specs.len() {
+            let attr = match self.splices_caller(e) {
+                true => Attr::from_kernel(&probe::without_caller_copy(&self.attrs[e])),
+                false => Attr::from_kernel(&self.attrs[e]),
+            };
+            descs.push(EventDesc { name: self.names[e].clone(), attr, ids: self.ids[e].clone() });
         }
-        self.formats = descs.iter().map(|d| d.attr.sample_format()).collect();
+        self.formats = self.attrs.iter().map(|a| Attr::from_kernel(a).sample_format()).collect();
         self.writer = Some(PerfDataWriter::create(&opts.output, &opts.perf_data, descs)?);
         Ok(())
     }
@@ -546,8 +587,9 @@ impl Session<'_> {
         self.writer().write_record(record)
     }
 
-    /// Sleeps until a buffer passes its watermark, the target exits, a signal arrives or `timeout` passes.
-    fn wait(&mut self, timeout: Duration, exit_watch: Option<&ExitWatch>) {
+    /// Sleeps until a buffer passes its watermark, the target exits, a signal arrives, the observer's wake-up
+    /// descriptor is readable (then returns true) or `timeout` passes.
+    fn wait(&mut self, timeout: Duration, exit_watch: Option<&ExitWatch>) -> bool {
         let mut fds: Vec<libc::pollfd> = self
             .buffers
             .iter()
@@ -562,12 +604,16 @@ impl Session<'_> {
         if let Some(fd) = interrupt::stop_fd() {
             fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
         }
+        let wake = self.observer.wake_fd().map(|fd| fd.as_raw_fd());
+        if let Some(fd) = wake {
+            fds.push(libc::pollfd { fd, events: libc::POLLIN, revents: 0 });
+        }
         let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
         // SAFETY: polling descriptors we own, through a correctly sized array.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         if n <= 0 {
             // Timeout, or EINTR from a signal: the loop checks the stop flag next.
-            return;
+            return false;
         }
         let hung: HashSet<i32> =
             fds[..owners].iter().filter(|p| p.revents & (libc::POLLHUP | libc::POLLERR) != 0).map(|p| p.fd).collect();
@@ -576,6 +622,13 @@ impl Session<'_> {
                 b.hung_up = true;
             }
         }
+        wake.is_some() && fds.last().is_some_and(|p| p.revents != 0)
+    }
+
+    /// Lets the observer look at (and retarget) the open events.
+    fn poll_observer(&mut self, last: bool) {
+        let mut control = Control { buffers: &self.buffers, others: &self.others, attrs: &self.attrs };
+        self.observer.on_poll(&mut control, last);
     }
 
     /// Copies every buffer's pending records into the perf.data. Returns the number of bytes read.
@@ -639,9 +692,17 @@ impl Session<'_> {
                 _ => id.and_then(|id| self.event_of_id.get(&id).copied()).unwrap_or(0),
             };
             self.samples[e] += 1;
-            if let Ok(Record::Sample(sample)) = Record::decode(bytes, &self.formats[e]) {
+            if let Ok(Record::Sample(mut sample)) = Record::decode(bytes, &self.formats[e]) {
+                let ip = sample.ip;
+                let splice = self.splices_caller(e);
+                if splice {
+                    probe::splice_caller(&mut sample);
+                }
+                if !self.observer.on_sample(e, &mut sample) {
+                    return Ok(());
+                }
                 self.dsos.on_sample(&sample);
-                if sample.user.is_some() {
+                if sample.user.is_some() || sample.ip != ip || splice {
                     // Re-encoded: the codec keeps the user callchain where perf does not read it (see
                     // SampleFormat::write_sample).
                     return self.writer().write_sample(&sample, e);
@@ -761,5 +822,41 @@ impl Session<'_> {
             notices: self.notices,
             kernel_frames: kernel,
         })
+    }
+}
+
+/// The open events, as an observer may touch them (see [`EventControl`]).
+struct Control<'a> {
+    buffers: &'a [Option<CpuBuffer>],
+    others: &'a [TaskEvent],
+    attrs: &'a [perf_event_attr],
+}
+
+impl Control<'_> {
+    /// Every open descriptor of event `event`.
+    fn fds(&self, event: usize) -> impl Iterator<Item = BorrowedFd<'_>> {
+        let owners = self.buffers.iter().flatten().filter(move |b| b.event == event).map(|b| b.owner.as_fd());
+        let others =
+            self.others.iter().filter(move |t| t.event == event).filter_map(|t| t.fd.as_ref().map(|f| f.as_fd()));
+        owners.chain(others)
+    }
+}
+
+impl EventControl for Control<'_> {
+    fn retarget(&mut self, event: usize, point: ProbePoint) -> Result<()> {
+        let attr = self.attrs.get(event).context("no such event")?;
+        for fd in self.fds(event) {
+            match probe::retarget(fd, attr, &point) {
+                Ok(()) => {}
+                // The task is gone: nothing to point.
+                Err(e) if e.raw_os_error() == Some(libc::ESRCH) => {}
+                Err(e) => return Err(probe::refused(&point, &e, &OpenTarget::Pid(0))),
+            }
+        }
+        Ok(())
+    }
+
+    fn counts(&self) -> Vec<u64> {
+        (0..self.attrs.len()).map(|e| self.fds(e).map(probe::read_count).sum()).collect()
     }
 }

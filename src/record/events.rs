@@ -2,6 +2,7 @@
 //! cpu-clock, kernel refused → user space only), and the per-fd ioctls.
 
 use super::explain::{self, OpenTarget};
+use super::probe::{HitRecord, ProbePoint};
 use super::EventKind;
 use crate::perf_data::tracing::SCHED_SWITCH;
 use anyhow::Result;
@@ -32,6 +33,11 @@ pub enum Trigger {
     /// Every switch-out of a monitored task: the `sched:sched_switch` tracepoint of this id, with its raw fields
     /// (`prev_state` tells a preempted task from a blocked one).
     SchedSwitch { id: u64 },
+    /// No samples: the side band alone (MMAP2, COMM, FORK/EXIT), for recordings whose other events fire rarely.
+    Tracking,
+    /// Every hit of a probe (see [`super::probe`]); `armed: false` opens it disabled (a spare breakpoint), `record`
+    /// says what a hit leaves.
+    Probe { point: ProbePoint, armed: bool, record: HitRecord },
 }
 
 /// What to ask the kernel for; `build_attr` turns it into the ABI struct.
@@ -60,6 +66,8 @@ impl EventSpec {
         match self.trigger {
             Trigger::Sampling { kind, .. } => kind.name(),
             Trigger::SchedSwitch { .. } => SCHED_SWITCH,
+            Trigger::Tracking => "dummy",
+            Trigger::Probe { .. } => "probe",
         }
     }
 
@@ -67,7 +75,7 @@ impl EventSpec {
     pub fn frequency(&self) -> u64 {
         match self.trigger {
             Trigger::Sampling { frequency, .. } => frequency,
-            Trigger::SchedSwitch { .. } => 0,
+            Trigger::SchedSwitch { .. } | Trigger::Tracking | Trigger::Probe { .. } => 0,
         }
     }
 }
@@ -93,6 +101,28 @@ pub fn build_attr(spec: &EventSpec) -> perf_event_attr {
             attr.__bindgen_anon_1.sample_period = 1;
             attr.sample_type |= abi::PERF_SAMPLE_RAW as u64;
         }
+        Trigger::Tracking => {
+            attr.type_ = abi::PERF_TYPE_SOFTWARE;
+            attr.config = abi::PERF_COUNT_SW_DUMMY as u64;
+            attr.__bindgen_anon_1.sample_period = 1;
+        }
+        Trigger::Probe { point, record, .. } => {
+            point.apply(&mut attr);
+            match record {
+                // A counting event: no sample period.
+                HitRecord::Count => {}
+                HitRecord::Hit => {
+                    attr.__bindgen_anon_1.sample_period = 1;
+                    attr.sample_type &= !(abi::PERF_SAMPLE_CALLCHAIN as u64);
+                }
+                HitRecord::HitWithStack => {
+                    attr.__bindgen_anon_1.sample_period = 1;
+                    if spec.stack_copy_bytes == 0 {
+                        super::probe::ask_for_caller(&mut attr);
+                    }
+                }
+            }
+        }
     }
     attr.set_sample_id_all(1);
     // CLOCK_MONOTONIC is the clock the JIT runtimes stamp their jitdump records with.
@@ -108,8 +138,9 @@ pub fn build_attr(spec: &EventSpec) -> perf_event_attr {
     }
     attr.set_context_switch(spec.context_switch as u64);
     attr.set_inherit(spec.inherit as u64);
-    attr.set_disabled(spec.enable_on_exec as u64);
-    attr.set_enable_on_exec(spec.enable_on_exec as u64);
+    let spare = matches!(spec.trigger, Trigger::Probe { armed: false, .. });
+    attr.set_disabled((spec.enable_on_exec || spare) as u64);
+    attr.set_enable_on_exec((spec.enable_on_exec && !spare) as u64);
     attr.set_watermark(1);
     attr.__bindgen_anon_2.wakeup_watermark = spec.wakeup_bytes.max(1);
     if spec.stack_copy_bytes > 0 {
@@ -183,6 +214,8 @@ pub fn refused(spec: &EventSpec, err: &io::Error, target: &OpenTarget) -> anyhow
     match spec.trigger {
         Trigger::Sampling { .. } => explain::open_refused(err, target, spec.event_name(), spec.frequency()),
         Trigger::SchedSwitch { .. } => explain::tracepoint_refused(err, target, spec.event_name()),
+        Trigger::Tracking => explain::open_refused(err, target, spec.event_name(), 0),
+        Trigger::Probe { point, .. } => super::probe::refused(&point, err, target),
     }
 }
 

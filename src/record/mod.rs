@@ -4,6 +4,7 @@
 mod buildid;
 mod call_graph;
 pub mod dotnet_ipc;
+pub mod dotnet_stubs;
 mod dsos;
 mod engine;
 mod environment;
@@ -11,11 +12,13 @@ mod events;
 mod explain;
 mod header_features;
 pub mod jit_names;
+pub mod probe;
 mod progress;
 pub mod ring;
 pub mod synthesize;
 pub mod target;
 mod tracepoint;
+pub mod uprobe_events;
 
 pub use call_graph::CallGraph;
 pub use engine::{check_access, check_target, record};
@@ -23,7 +26,8 @@ pub use events::SAMPLE_TYPE;
 pub use progress::status_line;
 
 use crate::fs::Dir;
-use crate::perf_data::Record;
+use crate::perf_data::{Record, Sample};
+use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
 /// What to profile.
@@ -122,6 +126,9 @@ pub struct RecordOptions {
     pub perf_data: String,
     /// Show the live progress line (on a TTY).
     pub progress: bool,
+    /// Count probe hits instead of sampling (`mode`, `event` and `frequency` are then unused): a side-band event
+    /// and these probes, on every task of the target.
+    pub probes: Option<probe::ProbeRequest>,
 }
 
 /// Why collection stopped.
@@ -166,4 +173,26 @@ pub trait RecordObserver {
     fn on_start(&mut self, _target_pid: Option<u32>) {}
     fn on_record(&mut self, _record: &Record) {}
     fn on_tick(&mut self) {}
+    /// A sample of event `event` (its index in the recording: with probes, 0 is the side band and probe `i` is
+    /// `i + 1`). Returns whether it goes into perf.data; it may be changed first.
+    fn on_sample(&mut self, _event: usize, _sample: &mut Sample) -> bool {
+        true
+    }
+    /// A descriptor whose readability wakes the recording loop for [`on_poll`](Self::on_poll) (e.g. an inotify
+    /// watch on a JIT's perf map).
+    fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        None
+    }
+    /// Called on every tick, whenever [`wake_fd`](Self::wake_fd) is readable, and once more after the last records
+    /// were read (`last`), with access to the open events.
+    fn on_poll(&mut self, _control: &mut dyn EventControl, _last: bool) {}
+}
+
+/// What an observer may do with the open events of a recording.
+pub trait EventControl {
+    /// Points breakpoint event `event` — on every task and CPU, and in the threads that inherited it — at `point`,
+    /// and enables it.
+    fn retarget(&mut self, event: usize, point: probe::ProbePoint) -> anyhow::Result<()>;
+    /// How often each event fired so far (every task's descriptor, inherited copies included), by event index.
+    fn counts(&self) -> Vec<u64>;
 }

@@ -80,6 +80,35 @@ fn tracefs(mode: &str) -> Result<(PathBuf, Option<String>)> {
     }
 }
 
+/// The `HEADER_TRACING_DATA` describing the tracepoints `(system, name)` of the tracefs at `dir` (what perf needs
+/// to read a recording of them).
+pub(super) fn tracing_data(dir: &Path, events: &[(&str, &str)]) -> Result<TracingData> {
+    let mut formats = Vec::new();
+    for (system, name) in events {
+        let path = dir.join("events").join(system).join(name).join("format");
+        let text = read_text(&path).map_err(|e| anyhow::anyhow!("cannot read {}: {e}", path.display()))?;
+        formats.push(
+            EventFormat::parse(system, &text).map_err(|e| anyhow::anyhow!("cannot parse {}: {e:#}", path.display()))?,
+        );
+    }
+    let source = TracingSource {
+        page_size: super::ring::page_size() as u32,
+        header_page: read_text(&dir.join("events/header_page")).unwrap_or_default(),
+        header_event: read_text(&dir.join("events/header_event")).unwrap_or_default(),
+    };
+    Ok(TracingData::new(&source, formats))
+}
+
+/// A mounted tracefs folder that has `entry` (e.g. `uprobe_events`), or why there is none.
+pub(super) fn tracefs_with(entry: &str) -> Result<PathBuf> {
+    let mut candidates = crate::procfs::mount_points("tracefs");
+    candidates.extend(TRACEFS_DIRS.iter().map(PathBuf::from));
+    match candidates.iter().find(|dir| dir.join(entry).exists()) {
+        Some(dir) => Ok(dir.clone()),
+        None => bail!("no tracefs with {entry} in {}", TRACEFS_DIRS.join(" or ")),
+    }
+}
+
 fn mount_tracefs(at: &Path) -> io::Result<()> {
     use std::os::unix::ffi::OsStrExt;
     let dir = std::ffi::CString::new(at.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput)?;

@@ -10,6 +10,7 @@
 
 mod address_space;
 mod capture;
+pub mod code_index;
 mod debug_search;
 mod demangle;
 mod dso;

@@ -208,9 +208,14 @@ pub struct TypeRefRow {
 }
 
 pub struct MethodDefRow {
+    /// `MethodAttributes` (§II.23.1.10).
+    pub flags: u16,
     pub name: u32,
     pub signature: u32,
 }
+
+/// `MethodAttributes.Virtual`.
+pub const METHOD_VIRTUAL: u16 = 0x0040;
 
 pub struct MemberRefRow {
     pub parent: Token,
@@ -404,8 +409,11 @@ impl Metadata {
     }
 
     pub fn method_def(&self, rid: u32) -> Option<MethodDefRow> {
-        (rid >= 1 && rid <= self.rows(METHOD_DEF))
-            .then(|| MethodDefRow { name: self.col(METHOD_DEF, rid, 3), signature: self.col(METHOD_DEF, rid, 4) })
+        (rid >= 1 && rid <= self.rows(METHOD_DEF)).then(|| MethodDefRow {
+            flags: self.col(METHOD_DEF, rid, 2) as u16,
+            name: self.col(METHOD_DEF, rid, 3),
+            signature: self.col(METHOD_DEF, rid, 4),
+        })
     }
 
     pub fn member_ref(&self, rid: u32) -> Option<MemberRefRow> {

@@ -92,6 +92,9 @@ pub struct R2rMethod {
     /// a `[PreJIT]` method's size).
     pub method_len: u32,
     pub part: CodePart,
+    /// Whether the method is virtual (calls may come through vtable slots rather than its entry stub); `None` when
+    /// unknown (a generic instantiation).
+    pub is_virtual: Option<bool>,
 }
 
 impl R2rMethod {
@@ -240,6 +243,11 @@ impl R2rImage {
         &self.sections
     }
 
+    /// The file offset holding the code at `rva` (where a uprobe on it goes).
+    pub fn file_offset_of_rva(&self, rva: u32) -> Option<u64> {
+        self.sections.iter().find_map(|s| s.file_offset_of_rva(rva))
+    }
+
     /// The RVA of a file offset (e.g. a perf sample's `pgoff + ip − start`).
     pub fn rva_of_file_offset(&self, offset: u64) -> Option<u32> {
         self.sections.iter().find_map(|s| s.rva_of_file_offset(offset))
@@ -301,6 +309,14 @@ impl R2rImage {
         let mut name = self.method_name(method);
         name.push_str(if part == CodePart::Cold { "[PreJit-cold]" } else { "[PreJIT]" });
         let method_start = self.functions.get(method.entry as usize).map_or(function.start, |f| f.start);
+        let is_virtual = match method.key {
+            MethodKey::Def(rid) => self
+                .metadata
+                .as_ref()
+                .and_then(|md| md.method_def(rid))
+                .map(|row| row.flags & metadata::METHOD_VIRTUAL != 0),
+            MethodKey::Instance(..) => None,
+        };
         Some(R2rMethod {
             name,
             start: function.start,
@@ -308,6 +324,7 @@ impl R2rImage {
             method_start,
             method_len: method.hot_end.saturating_sub(method_start),
             part,
+            is_virtual,
         })
     }
 
@@ -585,6 +602,21 @@ fn read_runtime_functions(headers: &pe::Headers, reader: &NativeReader) -> Vec<C
         }
     }
     functions
+}
+
+/// The methods an assembly file (IL-only or ReadyToRun) declares, named as the runtime names them without a tier tag
+/// (`int64 [App] Books::Reconcile(int32)`), each with whether it is virtual. JIT-compiled code carries the same
+/// names, so this tells how calls reach a JIT method.
+pub fn declared_methods(bytes: &[u8]) -> Result<Vec<(String, bool)>> {
+    let md = reference_metadata(bytes)?;
+    let assembly = md.assembly_name();
+    let methods = (1..=md.rows(metadata::METHOD_DEF))
+        .filter_map(|rid| {
+            let flags = md.method_def(rid)?.flags;
+            Some((method_def_name(&md, &assembly, rid, None)?, flags & metadata::METHOD_VIRTUAL != 0))
+        })
+        .collect();
+    Ok(methods)
 }
 
 /// Metadata of a referenced assembly file (IL-only or ReadyToRun: only its metadata is wanted).

@@ -73,6 +73,13 @@ impl PeSection {
         let mapped = if self.virtual_size == 0 { self.file_size } else { self.file_size.min(self.virtual_size) };
         (within < mapped as u64).then(|| self.rva.checked_add(within as u32))?
     }
+
+    /// The file offset of an RVA inside this section's raw data (where a uprobe on that code goes).
+    pub fn file_offset_of_rva(&self, rva: u32) -> Option<u64> {
+        let within = rva.checked_sub(self.rva)?;
+        let mapped = if self.virtual_size == 0 { self.file_size } else { self.file_size.min(self.virtual_size) };
+        (within < mapped).then(|| self.file_offset as u64 + within as u64)
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
