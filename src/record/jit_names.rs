@@ -82,15 +82,34 @@ impl JitNames {
     /// `every_process` (`-all`) processes that are not .NET, or vanish meanwhile, pass without a word; a single
     /// target that cannot be inspected gets a line.
     pub fn switch_on(pids: &[u32], every_process: bool) -> JitNames {
+        JitNames::switch_on_as(pids, every_process, PERF_MAP_TYPE)
+    }
+
+    /// [`switch_on`](Self::switch_on), asking for `kind` (`probe` wants the perf map alone: the jitdump's
+    /// re-emitted ReadyToRun methods are of no use to it).
+    pub fn switch_on_as(pids: &[u32], every_process: bool, kind: PerfMapType) -> JitNames {
         let mut names = JitNames::default();
         for &pid in pids {
-            names.switch_on_one(pid, every_process);
+            names.switch_on_one(pid, DotnetRuntime::find(pid), every_process, kind);
         }
         names
     }
 
-    fn switch_on_one(&mut self, pid: u32, every_process: bool) {
-        let runtime = match DotnetRuntime::find(pid) {
+    /// [`switch_on_as`](Self::switch_on_as) for one process that is still starting (a launched command): `None`
+    /// while it has no diagnostics socket yet (its runtime has not opened it, or is not loaded yet), so the caller
+    /// asks again.
+    pub fn switch_on_when_ready(pid: u32, kind: PerfMapType) -> Option<JitNames> {
+        let lookup = DotnetRuntime::find(pid).ok()?;
+        if !matches!(lookup, Lookup::Found(_) | Lookup::DiagnosticsDisabled { .. }) {
+            return None;
+        }
+        let mut names = JitNames::default();
+        names.switch_on_one(pid, Ok(lookup), false, kind);
+        Some(names)
+    }
+
+    fn switch_on_one(&mut self, pid: u32, lookup: anyhow::Result<Lookup>, every_process: bool, kind: PerfMapType) {
+        let runtime = match lookup {
             Ok(Lookup::Found(runtime)) => runtime,
             Ok(Lookup::NotDotnet) => return,
             Ok(lookup) => {
@@ -115,7 +134,7 @@ impl JitNames {
                 return self.unavailable(pid, why);
             }
         }
-        match runtime.enable_perf_map(PERF_MAP_TYPE) {
+        match runtime.enable_perf_map(kind) {
             Ok(enabled) => {
                 tracing::info!(
                     "switched the perf map of PID {pid} (.NET {}) on over {} for this run",

@@ -10,12 +10,13 @@
 
 mod observer;
 mod pattern;
-mod perf_maps;
 mod plan;
 
 use super::collect::{after_recording, create_run_dir};
 use crate::cli::ProbeArgs;
+use crate::record::dotnet_ipc::PerfMapType;
 use crate::record::dotnet_stubs::Stubs;
+use crate::record::jit_names::JitNames;
 use crate::record::probe::ProbeRequest;
 use crate::record::target::LaunchedCommand;
 use crate::record::{self, EndReason, RecordOptions, RecordSummary, Target};
@@ -63,13 +64,12 @@ struct Probed {
 fn probe_pid(args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Probed> {
     let pid = args.pid;
     record::check_target(&Target::Pid(pid))?;
-    let perf_maps = perf_maps::switch_on(pid);
+    let mut jit_names = JitNames::switch_on_as(&[pid], false, PerfMapType::PerfMap);
     let probed = resolve(pid, args, opts).and_then(|found| record_probes(Target::Pid(pid), found, args, opts));
     // Sampling is over (or never began): the runtime stops writing the map this run switched on, and the files it
     // wrote because of this run go (the capture holds them open and copies them to the end).
-    if let Some(switched) = perf_maps {
-        switched.switch_off();
-    }
+    jit_names.switch_off();
+    jit_names.remove_files();
     finish(probed?)
 }
 
@@ -94,13 +94,13 @@ fn probe_command(args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Probed> {
     let pid = command.pid();
     let waited = Instant::now();
     let deadline = waited + Duration::from_secs_f64(args.duration);
-    let mut perf_maps = None;
+    let mut jit_names = None;
     let found = loop {
         if let Some(signal) = crate::interrupt::received() {
             break Err(crate::interrupt::Interrupted::before_sampling(signal).into());
         }
-        if perf_maps.is_none() {
-            perf_maps = perf_maps::switch_on_when_ready(pid);
+        if jit_names.is_none() {
+            jit_names = JitNames::switch_on_when_ready(pid, PerfMapType::PerfMap);
         }
         let attempt = resolve(pid, args, opts);
         if attempt.is_ok() || command.try_reap() || Instant::now() >= deadline {
@@ -118,8 +118,9 @@ fn probe_command(args: &ProbeArgs, opts: &SymbolizeOptions) -> Result<Probed> {
         );
         record_probes(Target::Pid(pid), found, args, opts)
     });
-    if let Some(switched) = perf_maps.and_then(perf_maps::WhenReady::into_switched) {
-        switched.switch_off();
+    if let Some(names) = &mut jit_names {
+        names.switch_off();
+        names.remove_files();
     }
     command.terminate(Duration::from_secs(2));
     finish(probed?)
