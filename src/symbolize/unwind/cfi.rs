@@ -210,6 +210,15 @@ impl ModuleCfi {
         super::check::without_looping_expressions(self)
     }
 
+    /// The addresses pointers in the CFI are relative to, as framehop sets them from [`section_info`](Self::section_info).
+    pub(super) fn bases(&self) -> gimli::BaseAddresses {
+        gimli::BaseAddresses::default()
+            .set_eh_frame(self.eh_frame.as_ref().map_or(0, |s| s.svma))
+            .set_eh_frame_hdr(self.eh_frame_hdr.as_ref().map_or(0, |s| s.svma))
+            .set_text(self.text.as_ref().map_or(0, |r| r.start))
+            .set_got(self.got.as_ref().map_or(0, |r| r.start))
+    }
+
     /// Sections as framehop takes them.
     pub(super) fn section_info(&self) -> framehop::ExplicitModuleSectionInfo<Arc<[u8]>> {
         framehop::ExplicitModuleSectionInfo {

@@ -15,11 +15,7 @@ type Slice<'a> = EndianSlice<'a, LittleEndian>;
 /// `cfi` with every section that fails the check removed, and why each was.
 pub fn without_looping_expressions(mut cfi: ModuleCfi) -> (ModuleCfi, Vec<String>) {
     let mut problems = Vec::new();
-    let bases = BaseAddresses::default()
-        .set_eh_frame(cfi.eh_frame.as_ref().map_or(0, |s| s.svma))
-        .set_eh_frame_hdr(cfi.eh_frame_hdr.as_ref().map_or(0, |s| s.svma))
-        .set_text(cfi.text.as_ref().map_or(0, |r| r.start))
-        .set_got(cfi.got.as_ref().map_or(0, |r| r.start));
+    let bases = cfi.bases();
     if let Some(section) = &cfi.eh_frame {
         let mut eh_frame = EhFrame::new(&section.data, LittleEndian);
         eh_frame.set_address_size(8);

@@ -16,6 +16,7 @@
 mod cfi;
 mod check;
 mod saved;
+mod uncached;
 mod walk;
 
 pub use cfi::{CfiSection, ModuleCfi};

@@ -4,10 +4,17 @@
 //! takes over if it passes through the last frame found; where the walk breaks and the chain does not, the chain
 //! alone is kept if it is longer — stack copies never make a stack shorter than frame pointers give it.
 //!
+//! Each address space keeps framehop's rule cache for all its samples; frames at addresses whose CFI framehop cannot
+//! cache as a rule are unwound with a fresh cache instead (see [`uncached`](super::uncached) for why), so a stack's
+//! frames never depend on which samples were walked before it. A cache per space rather than one for all: framehop
+//! keys cached rules by a global 16-bit count of module changes, which wraps, and a shared cache could then give one
+//! space a rule another cached for the same address; no rule is ever shared between spaces otherwise.
+//!
 //! Every input is untrusted (the stack bytes and the CFI come from the target): the walk is bounded by a frame
 //! limit, and the stack pointer must rise with every frame, so loops and wild CFA offsets end it.
 
 use super::cfi::ModuleCfi;
+use super::uncached::{merged, uncached_rows};
 use crate::perf_data::abi::{CONTEXT_MAX, CONTEXT_USER};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Module, Unwinder};
@@ -70,20 +77,27 @@ pub struct Walk {
     pub end: WalkEnd,
 }
 
-/// An address space's framehop unwinder and which of its mappings have been added to it.
+/// An address space's framehop unwinder, its rule cache and which of its mappings have been added to it.
 struct SpaceUnwinder {
     generation: u64,
     unwinder: UnwinderX86_64<Arc<[u8]>>,
+    cache: CacheX86_64,
     /// Starts of the mappings already looked up (with or without a module).
     looked_up: FxHashSet<u64>,
+    /// The addresses (sorted, disjoint) in the modules added whose CFI rows framehop cannot cache as a rule.
+    uncached: Vec<Range<u64>>,
 }
 
-/// Walks stacks of many address spaces, keeping each one's modules and one shared cache of unwind rules.
+/// Walks stacks of many address spaces, keeping each one's modules and cache of unwind rules.
 #[derive(Default)]
 pub struct StackWalker {
     spaces: FxHashMap<u64, SpaceUnwinder>,
-    cache: CacheX86_64,
+    uncached_rows: UncachedRows,
 }
+
+/// The uncacheable rows of each file's unwind info (link-time addresses), found once per file: keyed by the address
+/// of the shared info, which the entry keeps alive.
+type UncachedRows = FxHashMap<usize, (Arc<ModuleCfi>, Arc<[Range<u64>]>)>;
 
 impl StackWalker {
     /// Walks the user stack of a sample of address space `space` (`(id, generation)`: a new generation means the
@@ -98,14 +112,9 @@ impl StackWalker {
         stack: &[u8],
         callchain: &[u64],
     ) -> Walk {
-        let unwinder = self.spaces.entry(space.0).or_insert_with(|| SpaceUnwinder {
-            generation: space.1,
-            unwinder: UnwinderX86_64::new(),
-            looked_up: FxHashSet::default(),
-        });
+        let unwinder = self.spaces.entry(space.0).or_insert_with(|| SpaceUnwinder::new(space.1));
         if unwinder.generation != space.1 {
-            *unwinder =
-                SpaceUnwinder { generation: space.1, unwinder: UnwinderX86_64::new(), looked_up: FxHashSet::default() };
+            *unwinder = SpaceUnwinder::new(space.1);
         }
         let mut read_stack = |addr: u64| -> Result<u64, ()> {
             let at = addr.checked_sub(regs.sp).ok_or(())? as usize;
@@ -120,9 +129,17 @@ impl StackWalker {
             if frames.len() >= MAX_FRAMES {
                 break false;
             }
-            unwinder.add_module_at(address.address_for_lookup(), modules);
+            let lookup = address.address_for_lookup();
+            unwinder.add_module_at(lookup, modules, &mut self.uncached_rows);
             let sp_before = state.sp();
-            let step = unwinder.unwinder.unwind_frame(address, &mut state, &mut self.cache, &mut read_stack);
+            let mut fresh;
+            let cache = if unwinder.is_uncached(lookup) {
+                fresh = CacheX86_64::new();
+                &mut fresh
+            } else {
+                &mut unwinder.cache
+            };
+            let step = unwinder.unwinder.unwind_frame(address, &mut state, cache, &mut read_stack);
             match step {
                 Ok(None) => break true,
                 // Every real call frame lies above its callee's: a stack pointer that does not rise is a loop
@@ -179,15 +196,41 @@ impl StackWalker {
 }
 
 impl SpaceUnwinder {
+    fn new(generation: u64) -> SpaceUnwinder {
+        SpaceUnwinder {
+            generation,
+            unwinder: UnwinderX86_64::new(),
+            cache: CacheX86_64::new(),
+            looked_up: FxHashSet::default(),
+            uncached: Vec::new(),
+        }
+    }
+
     /// Adds the module holding `addr`, the first time its mapping is seen.
-    fn add_module_at(&mut self, addr: u64, modules: &mut impl ModuleSource) {
+    fn add_module_at(&mut self, addr: u64, modules: &mut impl ModuleSource, known: &mut UncachedRows) {
         let Some(start) = modules.mapping_start(addr) else { return };
         if !self.looked_up.insert(start) {
             return;
         }
         let Some(module) = modules.module_at(addr) else { return };
+        let (_, rows) = known
+            .entry(Arc::as_ptr(&module.cfi) as usize)
+            .or_insert_with(|| (module.cfi.clone(), uncached_rows(&module.cfi).into()));
+        // At run-time addresses, within the module (framehop looks for its rows nowhere else).
+        let placed = rows.iter().filter_map(|r| {
+            let start = r.start.checked_add(module.base_avma)?.max(module.avma.start);
+            let end = r.end.saturating_add(module.base_avma).min(module.avma.end);
+            (start < end).then_some(start..end)
+        });
+        self.uncached = merged(self.uncached.drain(..).chain(placed).collect());
         let section_info = module.cfi.section_info();
         self.unwinder.add_module(Module::new(module.name, module.avma, module.base_avma, section_info));
+    }
+
+    /// Whether the CFI row for `lookup` is one framehop cannot cache as a rule.
+    fn is_uncached(&self, lookup: u64) -> bool {
+        let after = self.uncached.partition_point(|r| r.start <= lookup);
+        after > 0 && self.uncached[after - 1].contains(&lookup)
     }
 }
 
@@ -347,6 +390,91 @@ mod tests {
         assert_eq!(walk, Walk { frames: vec![0x9000], end: WalkEnd::Stopped });
     }
 
+    /// framehop caches its frame-pointer fallback for an address whose CFI it cannot cache as a rule when evaluating
+    /// that CFI fails for one frame: here a sample whose stack copy ends before the saved return address. A later
+    /// sample through the same function, whose copy holds it, is walked as if the first had never been.
+    #[test]
+    fn a_short_stack_copy_does_not_change_later_walks_through_uncacheable_cfi() {
+        // CFA = rsp + 16 by a DWARF expression (DW_OP_breg7 16), return address at CFA - 8.
+        let mut m = hostile(PLAIN, &[0x0f, 2, 0x77, 16]);
+        let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0 };
+        let full = words(&[0, 0x5001]);
+        let fresh = StackWalker::default().walk((1, 0), &mut m, regs, &full, &[]);
+        assert_eq!(fresh, Walk { frames: vec![TEXT + 0x10, 0x5001], end: WalkEnd::Complete });
+        let mut walker = StackWalker::default();
+        walker.walk((1, 0), &mut m, regs, &words(&[0]), &[]);
+        assert_eq!(walker.walk((1, 0), &mut m, regs, &full, &[]), fresh);
+    }
+
+    /// Found by the unwind fuzz target (crash-eace61cc…): the leaf at 0x833 returns to 0x830, which returns to itself
+    /// (recursion) through CFI framehop cannot cache as a rule; the second time the evaluation fails on the frame's
+    /// registers. Walking the same sample again must give the same frames.
+    #[test]
+    fn walking_a_stack_again_gives_the_same_frames() {
+        const CFI_DATA: &str = concat!(
+            "011b033b3c0000000600000018fdffff0000006888fdffffb000000078fdffff24010000c8fdffff58000000b8feffff",
+            "c8000000d8feffffdc0000004400000000000000017a5200017810011b0c070890010710140000001c00000068fdffff",
+            "2200000000000000000000001400000000000000017a5200011078011b0c070890010000240000001c00000088fcffff",
+            "50000000000e10460effffffffffffffbe3f1a3b2a332422000000001400000044000000b0fcffff0800000000000000",
+            "00000000100000005c000000e8fdffff15000000000000004400000070000000f4fdfffffb00000000420e108f02420e",
+            "188e03420e208d04450e288c05440e308606430e388307500e7002cb0e38440e30410e28421020420e18420e10420e08",
+            "14000000b80000004cfcffff4500000000440e1002400e0800000000",
+        );
+        let header = "# profcpu unwind info 1\nload 0 0 ab8\nload dd0 1dd0 260\ntext 6f0 94b\ngot 1fc0 1fe8\n\
+                      section .eh_frame_hdr 978 3c\nsection .eh_frame 8b8 100\ndata\n";
+        let data = (0..CFI_DATA.len()).step_by(2).map(|i| u8::from_str_radix(&CFI_DATA[i..i + 2], 16).unwrap());
+        let captured: Vec<u8> = header.bytes().chain(data).collect();
+        let cfi = ModuleCfi::decode(&captured).unwrap().checked().0;
+        let text = 0x561b_ea5c_d000;
+        let mut m = OneModule(Some(CodeModule {
+            avma: text..text + 0x4000,
+            base_avma: cfi.bias(text, 0).unwrap(),
+            cfi: Arc::new(cfi),
+            name: "fuzzed".into(),
+        }));
+        let stack = words(&[
+            0x7f32789e1b9d,
+            0,
+            0x101bea5cd830,
+            0,
+            0x7ffc5d983df0,
+            0x561bea5cf460,
+            0x40,
+            0,
+            0x561bea5cf660,
+            0x40,
+            0x40,
+            0xffffffffffffff80,
+            8,
+            0x7ffc5d983df0,
+            0x7f32789e19a4,
+            0,
+            0x561bea5cd830,
+            0,
+            0x7ffc5d983df0,
+            0x561bea5cf460,
+            0x80,
+            0xfffffffd00000000,
+            0x800000a9e4159f,
+            0,
+            0xf460000000000000,
+            0xffffffffffffea5c,
+            8,
+            0x7ffc5d983df0,
+            0x7f32789e19c1,
+            0,
+            0x561bea5cd830,
+            0x29,
+        ]);
+        let regs = UserRegs { ip: text + 0x833, sp: 0x7ffc5d983bf8, bp: 0x20 };
+        let mut walker = StackWalker::default();
+        let first = walker.walk((1, 0), &mut m, regs, &stack, &[]);
+        let second = walker.walk((1, 0), &mut m, regs, &stack, &[]);
+        assert_eq!(first, second);
+        // A walker that never saw the stack agrees too.
+        assert_eq!(StackWalker::default().walk((1, 0), &mut m, regs, &stack, &[]), first);
+    }
+
     #[test]
     fn the_kernel_chain_continues_where_the_copy_ends() {
         // Two JIT frames in the copy; the third frame's record lies beyond it.
@@ -368,6 +496,7 @@ mod tests {
     fn random_stacks_and_cfi_never_hang_or_panic() {
         let own = ModuleCfi::read(&std::fs::File::open("/proc/self/exe").unwrap(), None).unwrap().unwrap();
         let text = own.text.clone().unwrap();
+        let own = Arc::new(own);
         let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_57ac);
         let mut walker = StackWalker::default();
         let seed_cfi = eh_frame(PLAIN, &[0x0e, 16]);
@@ -377,7 +506,7 @@ mod tests {
                 OneModule(Some(CodeModule {
                     avma: TEXT..TEXT + (text.end - text.start),
                     base_avma: TEXT - text.start,
-                    cfi: Arc::new(own.clone()),
+                    cfi: own.clone(),
                     name: "self".into(),
                 }))
             } else {
