@@ -146,6 +146,12 @@ impl StackWalker {
                 // (hostile or corrupt CFI / stack bytes).
                 Ok(Some(return_address)) if state.sp() > sp_before => {
                     let Some(next) = FrameAddress::from_return_address(return_address) else { break true };
+                    // A return address outside any code mapping: the walk read a wrong slot (CFI that does not
+                    // describe this code, a corrupt copy). It ends here, not complete, so the kernel's chain can
+                    // take over rather than a few bogus frames passing for a whole stack.
+                    if !modules.is_code(return_address) {
+                        break false;
+                    }
                     frames.push(return_address);
                     address = next;
                 }
@@ -314,11 +320,22 @@ mod tests {
     #[test]
     fn a_plain_function_returns_to_its_caller() {
         let mut m = hostile(PLAIN, &[]);
-        let stack = words(&[0x1234_5678, 0]);
+        let stack = words(&[0x5678, 0]);
         let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0 };
         let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &[]);
-        // The caller (no module: frame pointer, bp 0) is the outermost frame.
-        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x1234_5678], end: WalkEnd::Complete });
+        // The caller (JIT code, no module: frame pointer, bp 0) is the outermost frame.
+        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5678], end: WalkEnd::Complete });
+    }
+
+    #[test]
+    fn a_return_address_outside_code_ends_the_walk_and_the_chain_takes_over() {
+        let mut m = hostile(PLAIN, &[]);
+        // The slot CFA-8 holds 1: not a return address (as in a libcoreclr stub whose CFI was for other code).
+        let stack = words(&[1, 0]);
+        let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0 };
+        let chain = [CONTEXT_USER, TEXT + 0x10, 0x5100, 0x5200];
+        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &chain);
+        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5100, 0x5200], end: WalkEnd::Joined });
     }
 
     #[test]
