@@ -94,11 +94,7 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
     let summary = match recorded {
         Ok(summary) => summary,
         Err(e) => {
-            // Removes what this run created (an empty symbols/ folder at most) and the run folder itself.
-            if let Some(c) = &observer.capture {
-                let _ = run_dir.remove_empty_dir(SYMBOLS_DIR, c.dir());
-            }
-            let _ = base.remove_empty_dir(&run_name, &run_dir);
+            discard_run(&base, &run_name, &run_dir, observer.capture.as_ref());
             return Err(e);
         }
     };
@@ -379,6 +375,15 @@ pub fn summary_line(s: &RecordSummary) -> String {
         EndReason::TargetExited => line.push_str(" (the target exited)"),
     }
     line
+}
+
+/// After a recording failed: removes what the run created (an empty symbols/ folder at most) and the run folder
+/// itself, `run_name` in `base`.
+pub(super) fn discard_run(base: &Dir, run_name: &str, run_dir: &Dir, capture: Option<&Capture>) {
+    if let Some(c) = capture {
+        let _ = run_dir.remove_empty_dir(SYMBOLS_DIR, c.dir());
+    }
+    let _ = base.remove_empty_dir(run_name, run_dir);
 }
 
 /// Creates `<base>/HH-MM-SS_YYYY-MM-DD` (or `…-2`, `…-3` if taken) as a new directory and opens it. The base may be

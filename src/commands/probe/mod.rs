@@ -12,7 +12,7 @@ mod observer;
 mod pattern;
 mod plan;
 
-use super::collect::{after_recording, create_run_dir};
+use super::collect::{after_recording, create_run_dir, discard_run};
 use crate::cli::ProbeArgs;
 use crate::record::dotnet_ipc::PerfMapType;
 use crate::record::dotnet_stubs::Stubs;
@@ -23,7 +23,7 @@ use crate::record::{self, EndReason, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::Metadata;
 use crate::symbolize::code_index::{CodeIndex, ImageFilter, JitFeed};
 use crate::symbolize::parsers::ProcessInfo;
-use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
+use crate::symbolize::{Capture, SymbolizeOptions};
 use anyhow::Result;
 use observer::ProbeObserver;
 use plan::{JitCounting, Plan, Role};
@@ -207,10 +207,7 @@ fn record_probes(target: Target, found: Found, args: &ProbeArgs, opts: &Symboliz
     let summary = match recorded {
         Ok(summary) => summary,
         Err(e) => {
-            if let Some(c) = &observer.capture {
-                let _ = run_dir.remove_empty_dir(SYMBOLS_DIR, c.dir());
-            }
-            let _ = base.remove_empty_dir(&run_name, &run_dir);
+            discard_run(&base, &run_name, &run_dir, observer.capture.as_ref());
             return Err(e);
         }
     };
