@@ -172,25 +172,27 @@ impl Sources {
         Some(loaded)
     }
 
-    /// The frames of a process's JIT methods that frame pointers do not unwind: only a capture has them (read from
-    /// the live process's code as it ran).
-    pub fn jit_frames(&mut self, pid: u32) -> Option<Arc<JitFrames>> {
+    /// The frames of a process's JIT methods that frame pointers do not unwind: those a capture read from the live
+    /// process's code, and those of its jitdump (whose records carry the code).
+    pub fn jit_frames(&mut self, pid: u32, processes: &Processes) -> Option<Arc<JitFrames>> {
         if let Some(frames) = self.jit.get(&pid).and_then(|f| f.frames.as_ref()) {
             return frames.clone();
         }
-        let loaded = match self.captured.as_ref().map(|c| c.jit_frames(pid)) {
+        let mut rules = Vec::new();
+        match self.captured.as_ref().map(|c| c.jit_frames(pid)) {
             Some(Ok(Some((frames, bad)))) => {
                 if bad > 0 {
                     self.warnings.warn(format!("{} (PID {pid}): skipped {bad} malformed lines", jit_frames_name(pid)));
                 }
-                Some(Arc::new(frames))
+                rules.extend(frames.rules());
             }
-            Some(Err(e)) => {
-                self.warnings.warn(format!("captured JIT frames of PID {pid} unreadable: {e:#}"));
-                None
-            }
-            _ => None,
-        };
+            Some(Err(e)) => self.warnings.warn(format!("captured JIT frames of PID {pid} unreadable: {e:#}")),
+            _ => {}
+        }
+        if let Some(dump) = self.jitdump(pid, processes) {
+            rules.extend(dump.1.frames());
+        }
+        let loaded = (!rules.is_empty()).then(|| Arc::new(JitFrames::from_rules(rules)));
         self.jit.entry(pid).or_default().frames = Some(loaded.clone());
         loaded
     }

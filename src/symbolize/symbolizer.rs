@@ -750,6 +750,6 @@ impl ModuleSource for Modules<'_> {
     }
 
     fn jit_frame(&mut self, addr: u64) -> Option<JitFrame> {
-        self.sources.jit_frames(self.pid)?.lookup(addr)
+        self.sources.jit_frames(self.pid, self.processes)?.lookup(addr)
     }
 }

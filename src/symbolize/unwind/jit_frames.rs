@@ -9,8 +9,9 @@
 //! [`JitFrame::StackPointer`] for a method without frame pointer (its stack size is fixed after the prologue),
 //! [`JitFrame::FramePointer`] for one whose rbp does not point at the slot where it saved its caller's rbp. A method
 //! whose rbp does (the usual frame), and any prologue not understood, gets no rule: frame pointers unwind it as
-//! before. [`JitFrames`] is a process's table of rules, as a capture saves it in `symbols/` (see
-//! [`symbols_dir`](crate::symbolize::symbols_dir)).
+//! before. [`JitFrames`] is a process's table of rules: those a capture read from the live process's code and saved
+//! in `symbols/` (see [`symbols_dir`](crate::symbolize::symbols_dir)), and those of its jitdump, whose load records
+//! carry the code.
 //!
 //! The bytes come from the target: every size is bounded (a frame of at most [`MAX_FRAME`] bytes), the decoder
 //! reads at most the bytes it is given and moves forward with every instruction.
@@ -167,12 +168,23 @@ impl JitFrames {
         self.rules.lookup(addr).map(|r| r.value)
     }
 
+    /// A table of `(start, end, rule)`; where methods overlap, the later start wins from there on.
+    pub fn from_rules(rules: impl IntoIterator<Item = (u64, u64, JitFrame)>) -> JitFrames {
+        let rules = rules.into_iter().map(|(start, end, value)| Range { start, end, value }).collect();
+        JitFrames { rules: RangeTable::from_unsorted(rules) }
+    }
+
     pub fn len(&self) -> usize {
         self.rules.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// Every rule as `(start, end, rule)`.
+    pub fn rules(&self) -> impl Iterator<Item = (u64, u64, JitFrame)> + '_ {
+        self.rules.iter().map(|r| (r.start, r.end, r.value))
     }
 
     /// Reads the saved form ([`line`] per method); lines that are not exactly that, or whose offsets no real frame
