@@ -7,7 +7,7 @@
 //! The file is written by the process we profile, so it is parsed defensively: a truncated or corrupt file yields
 //! whatever complete records precede the damage, plus a warning.
 
-use super::unwind::{classify, JitFrame, PROLOGUE_BYTES};
+use super::unwind::{method_frame, JitFrame, PROLOGUE_BYTES};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -276,10 +276,9 @@ fn parse_load(body: &Reader) -> Option<Event> {
     if name.is_empty() {
         return None;
     }
-    // The code follows the name; an on-stack-replacement method's frame extends its tier-0 frame (no rule).
+    // The code follows the name.
     let code = name_bytes.get(n + 1..).unwrap_or_default();
-    let prologue = &code[..code.len().min(PROLOGUE_BYTES).min(size as usize)];
-    let frame = if name.ends_with("[OSR]") { None } else { classify(prologue) };
+    let frame = method_frame(name, &code[..code.len().min(PROLOGUE_BYTES).min(size as usize)]);
     Some(Event::Load { start, size, name: super::name_limit::cap_arc(name), frame })
 }
 

@@ -6,7 +6,7 @@
 
 use super::perf_map::parse_line;
 use super::symbols_dir::jit_frames_name;
-use super::unwind::{classify, jit_frame_line, PROLOGUE_BYTES};
+use super::unwind::{jit_frame_line, method_frame, PROLOGUE_BYTES};
 use crate::fs::Dir;
 use anyhow::{Context, Result};
 use std::collections::HashSet;
@@ -74,9 +74,7 @@ impl Prologues {
             for raw in buf[..end].split(|&b| b == b'\n') {
                 let line = String::from_utf8_lossy(raw);
                 if let Some((start, end, name)) = parse_line(&line) {
-                    // An on-stack-replacement method's frame extends its tier-0 frame: it has no return address
-                    // where its own prologue starts.
-                    if name.ends_with("[OSR]") || self.read.len() >= MAX_METHODS || !self.read.insert(start) {
+                    if self.read.len() >= MAX_METHODS || !self.read.insert(start) {
                         continue;
                     }
                     let mut code = [0u8; PROLOGUE_BYTES];
@@ -84,7 +82,7 @@ impl Prologues {
                         self.unreadable = true;
                         break;
                     };
-                    if let Some(frame) = classify(&code[..got]) {
+                    if let Some(frame) = method_frame(name, &code[..got]) {
                         lines.push_str(&jit_frame_line(start, end - start, frame));
                         self.saved += 1;
                     }
@@ -142,7 +140,7 @@ mod tests {
         // Nap at tier 1; a framed method; a method with a body longer than what is read.
         let nap: &[u8] = &[0x50, 0xbf, 0x14, 0, 0, 0, 0xff, 0x15, 0, 0, 0, 0, 0x90, 0x48, 0x83, 0xc4, 8, 0xc3];
         let framed: &[u8] = &[0x55, 0x48, 0x89, 0xe5, 0x48, 0x83, 0xec, 0x10, 0x33, 0xc0, 0xcc, 0xcc, 0xcc, 0xcc];
-        let code: Vec<u8> = [nap, framed, &[0xcc; 64]].concat();
+        let code: Vec<u8> = [nap, framed, nap, &[0xcc; 64]].concat();
         let at = code.as_ptr() as u64;
         let map_path = scratch.join("perf.map");
         let line = |start: u64, size: usize, name: &str| format!("{start:x} {size:x} {name}\n");
@@ -150,10 +148,11 @@ mod tests {
         std::fs::write(&map_path, &first).unwrap();
         let map = File::open(&map_path).unwrap();
         p.follow(&map, first.len() as u64).unwrap();
-        // A line still being written is read once complete; OSR code is skipped.
+        // A line still being written is read once complete; OSR code gets no rule; code read before is not read again.
         let more = [
             line(at + nap.len() as u64, framed.len(), "void [App] App::Framed()[Tier0]"),
-            line(at, nap.len(), "void [App] App::Nap()[OSR]"),
+            line(at + (nap.len() + framed.len()) as u64, nap.len(), "void [App] App::Nap()[OSR]"),
+            line(at, nap.len(), "void [App] App::Nap()[OptimizedTier1]"),
         ]
         .concat();
         let partial = format!("{first}{}", &more[..10]);

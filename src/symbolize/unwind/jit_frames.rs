@@ -68,6 +68,16 @@ impl JitFrame {
     }
 }
 
+/// How the frames of the JIT method `name` (as its perf map or jitdump names it), whose code starts with `code`, are
+/// unwound once its prologue has run; `None` for frame pointers. An on-stack-replacement method (`[OSR]`, .NET's
+/// tier suffix) gets no rule: its frame extends its tier-0 frame, with no return address above its own prologue.
+pub fn method_frame(name: &str, code: &[u8]) -> Option<JitFrame> {
+    if name.ends_with("[OSR]") {
+        return None;
+    }
+    classify(code)
+}
+
 /// How a method whose code starts with `code` is unwound once its prologue has run; `None` for frame pointers
 /// (rbp set up at its saved slot, or a prologue this decoder does not follow to its end).
 pub fn classify(code: &[u8]) -> Option<JitFrame> {

@@ -23,7 +23,7 @@ mod uncached;
 mod walk;
 
 pub use cfi::{CfiSection, ModuleCfi};
-pub use jit_frames::{classify, line as jit_frame_line, JitFrame, JitFrames, PROLOGUE_BYTES};
+pub use jit_frames::{classify, line as jit_frame_line, method_frame, JitFrame, JitFrames, PROLOGUE_BYTES};
 pub use saved::{write_saved, CfiFiles, LiveFile, UNWIND_INDEX};
 pub use walk::{user_part, CodeModule, ModuleSource, StackWalker, UserRegs, Walk, WalkEnd, MAX_FRAMES};
 
