@@ -160,6 +160,19 @@ for kind, rec in records:
             break
 assert made, "no sample with registers in the stack-copy recording"
 
+# jit_frames: prologues RyuJIT emits (tier-1 Nap without a frame, rbp pushed as a callee-saved register, a frame
+# pointer away from its slot), each with the stack of a sleep called through it and a saved table.
+JIT = 0x7F0000000000
+jit_table = (b"# profcpu JIT frames: START SIZE sp CFA [RBPSLOT] | START SIZE bp CFA RBPSLOT\n"
+             b"7f0000000100 12 sp 10\n7f0000000200 40 sp 220 18\n7f0000000300 40 bp 28 10\n")
+for name, code in [("nap", b"\x50\xbf\x14\x00\x00\x00\xff\x15\x00\x00\x00\x00\x90\x48\x83\xc4\x08\xc3"),
+                   ("rbp-saved", b"\x41\x57\x55\x53\x48\x81\xec\x00\x02\x00\x00\x48\x8b\xef"),
+                   ("lea-rbp", b"\x55\x53\x48\x83\xec\x20\x48\x8d\x6c\x24\x10\x33\xc0")]:
+    code = (code + b"\xcc" * 32)[:32]
+    words = [0x7000 + 0x20, JIT + 0x10, 0xdead, JIT + 0x110, 0x7000 + 0x40, JIT + 0x810, 0, 0, 0, 0]
+    stack = struct.pack("<%dQ" % len(words), *words)
+    seed("jit_frames", name, code + struct.pack("<3QH", JIT + 0x900, 0x7000, 0x7000, len(stack)) + stack + jit_table)
+
 # elf: the workload with its symbol table; stripped, with its debug file; a stripped shared library (.dynsym and
 # .eh_frame function bounds only).
 seed("elf", "tiny", read(os.path.join(work, "tiny")))

@@ -21,7 +21,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${1:-}
 shift || true
 budget=${PROFCPU_FUZZ_BUDGET:-240}
-all_targets=(perf_data perf_record perf_map jitdump elf unwind tar_extract metadata_txt r2r r2rmap kallsyms symbols_dir
+all_targets=(perf_data perf_record perf_map jitdump elf unwind jit_frames tar_extract metadata_txt r2r r2rmap kallsyms symbols_dir
     dotnet_ipc demangle procfs postprocess)
 targets=("${@:-${all_targets[@]}}")
 jobs=${PROFCPU_FUZZ_JOBS:-$(nproc)}

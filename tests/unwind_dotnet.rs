@@ -70,17 +70,17 @@ fn dotnet_stacks_inside_libc_reach_the_managed_caller_and_the_thread_start() {
 }
 
 /// The waiter thread's blocked time (µs), in Monitor.Wait (50 ms) and Thread.Sleep (20 ms) by turns: at least 95%
-/// of it is in stacks that reach the managed method that waited and libc's `clone3`, each of the two waits with its
-/// share; the Monitor.Wait stacks reach the thread's start method (WaitMain) as well. (The Thread.Sleep ones lose it
-/// once `Nap` is recompiled at tier 1 without a frame: `push rax; mov edi, 20; call [Sleep]` leaves rbp pointing at
-/// WaitMain's frame, so the frame-pointer step out of Nap lands in WaitMain's caller — JIT code has no CFI to say
-/// otherwise.)
+/// of it is in stacks that reach the managed method that waited, the thread's start method (WaitMain) and libc's
+/// `clone3`, each of the two waits with its share. For the Thread.Sleep ones this takes the prologue rules the
+/// capture reads from the JIT code: once `Nap` is recompiled at tier 1 without a frame (`push rax; mov edi, 20;
+/// call [Sleep]`), rbp still points at WaitMain's frame, and the frame-pointer step out of Nap would land in
+/// WaitMain's caller.
 fn blocked_stacks_reach_the_waiting_method_and_the_thread_start(folded: &str) {
     let waiter: Vec<_> = stacks(folded).into_iter().filter(|s| s.thread() == "waiter" && !s.runnable()).collect();
     let total = weight(&waiter, |_| true);
     assert!(total >= 1_000_000, "only {total} µs of the waiter's blocked time in 3 s:\n{folded}");
     let mut complete = 0;
-    for (caller, start) in [("App::BlockOnMonitor", "App::WaitMain"), ("App::Nap", "")] {
+    for (caller, start) in [("App::BlockOnMonitor", "App::WaitMain"), ("App::Nap", "App::WaitMain")] {
         let reaching = weight(&waiter, |s| s.has_part(caller) && s.has_part(start) && s.has("clone3"));
         assert!(
             reaching as f64 >= 0.15 * total as f64,

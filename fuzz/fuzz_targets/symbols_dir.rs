@@ -1,7 +1,7 @@
 //! The `symbols/` folder of a run (from an archive made elsewhere, or a folder others can write to) as the
 //! symbolizer reads it: `processes.txt`, `dsos.txt`, the symbol tables it names (`dso-N.syms`, `r2r-N.syms`),
-//! `kernel.syms`, saved perf maps and jitdumps, and unwind info files. Input: parts named as those files (the first,
-//! unnamed part is `dsos.txt`).
+//! `kernel.syms`, saved perf maps, jitdumps and JIT frames (`jitframes-HOSTPID.txt`), and unwind info files. Input:
+//! parts named as those files (the first, unnamed part is `dsos.txt`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use profcpu::symbolize::parsers::{CapturedDir, JitDump, PerfMap};
@@ -22,6 +22,9 @@ fuzz_target!(|data: &[u8]| {
         }
         if let Some(bytes) = captured.read_jit_file(&captured.jitdump(pid)) {
             let _ = JitDump::parse(&bytes);
+        }
+        if let Ok(Some((frames, _))) = captured.jit_frames(pid) {
+            assert!(frames.len() <= 1 << 24);
         }
     }
     for dso in captured.dsos.iter().take(16) {

@@ -16,6 +16,7 @@ use super::address_space::{FileId, MapKind, Processes};
 use super::jit_files;
 use super::options::SymbolizeOptions;
 use super::proc_info::ProcessInfo;
+use super::prologues::Prologues;
 use super::symbolizer::{SymbolizeStats, Symbolizer};
 use super::symbols_dir::{self, CapturedProcess};
 use super::ResolvedSample;
@@ -81,6 +82,8 @@ struct Target {
     jitdump: Option<Mirror>,
     jitdump_path: Option<Arc<str>>,
     jitdump_copied_from: Option<Arc<str>>,
+    /// The frames of the JIT methods its perf map lists, read from their code.
+    prologues: Option<Prologues>,
     /// No longer in /proc: nothing new can be opened, open mirrors still sync.
     gone: bool,
 }
@@ -238,6 +241,17 @@ impl Capture {
                 if let Err(e) = m.sync() {
                     self.warn(format!("copying the {what} of PID {pid} failed: {e}"));
                 }
+            }
+        }
+        if let Some(map) = &t.perf_map {
+            if t.prologues.is_none() {
+                match Prologues::new(&self.dir, pid) {
+                    Ok(p) => t.prologues = Some(p),
+                    Err(e) => self.warn(format!("{e:#}")),
+                }
+            }
+            if let Some(Err(e)) = t.prologues.as_mut().map(|p| p.follow(&map.src, map.copied)) {
+                self.warn(format!("reading the JIT code of PID {pid} failed: {e:#}"));
             }
         }
         self.targets.insert(pid, t);

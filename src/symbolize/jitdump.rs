@@ -7,6 +7,7 @@
 //! The file is written by the process we profile, so it is parsed defensively: a truncated or corrupt file yields
 //! whatever complete records precede the damage, plus a warning.
 
+use super::unwind::{method_frame, JitFrame, PROLOGUE_BYTES};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -32,6 +33,8 @@ pub struct JitCode {
     /// Timestamp at which other code replaced it (or it moved); `u64::MAX` while still there.
     pub until: u64,
     pub name: Arc<str>,
+    /// How its frames are unwound where frame pointers go astray, from the prologue in the record's code bytes.
+    pub frame: Option<JitFrame>,
 }
 
 #[derive(Debug, Default)]
@@ -68,7 +71,7 @@ impl Reader<'_> {
 }
 
 enum Event {
-    Load { start: u64, size: u64, name: Arc<str> },
+    Load { start: u64, size: u64, name: Arc<str>, frame: Option<JitFrame> },
     Move { old: u64, new: u64, size: u64 },
 }
 
@@ -162,21 +165,23 @@ impl JitDump {
         };
         for (t, ev) in events {
             match ev {
-                Event::Load { start, size, name } => {
+                Event::Load { start, size, name, frame } => {
                     self.loads += 1;
-                    let code = JitCode { start, end: start.saturating_add(size), from: t, until: u64::MAX, name };
+                    let end = start.saturating_add(size);
+                    let code = JitCode { start, end, from: t, until: u64::MAX, name, frame };
                     place(&mut codes, &mut live, code);
                 }
                 Event::Move { old, new, size } => {
                     self.moves += 1;
-                    let name = match live.remove(&old) {
+                    let (name, frame) = match live.remove(&old) {
                         Some(i) => {
                             codes[i].until = t;
-                            codes[i].name.clone()
+                            (codes[i].name.clone(), codes[i].frame)
                         }
                         None => continue, // moving code we never saw loaded: nothing to name it with
                     };
-                    let code = JitCode { start: new, end: new.saturating_add(size), from: t, until: u64::MAX, name };
+                    let end = new.saturating_add(size);
+                    let code = JitCode { start: new, end, from: t, until: u64::MAX, name, frame };
                     place(&mut codes, &mut live, code);
                 }
             }
@@ -250,6 +255,11 @@ impl JitDump {
     pub fn codes(&self) -> &[JitCode] {
         &self.codes
     }
+
+    /// The code whose frames frame pointers do not unwind, with their rules (every time span alike).
+    pub fn frames(&self) -> impl Iterator<Item = (u64, u64, JitFrame)> + '_ {
+        self.codes.iter().filter_map(|c| Some((c.start, c.end, c.frame?)))
+    }
 }
 
 fn parse_load(body: &Reader) -> Option<Event> {
@@ -266,7 +276,10 @@ fn parse_load(body: &Reader) -> Option<Event> {
     if name.is_empty() {
         return None;
     }
-    Some(Event::Load { start, size, name: super::name_limit::cap_arc(name) })
+    // The code follows the name.
+    let code = name_bytes.get(n + 1..).unwrap_or_default();
+    let frame = method_frame(name, &code[..code.len().min(PROLOGUE_BYTES).min(size as usize)]);
+    Some(Event::Load { start, size, name: super::name_limit::cap_arc(name), frame })
 }
 
 /// Writes jitdump files; used by tests to build inputs (the format is simple enough that a writer is the clearest
@@ -299,16 +312,20 @@ pub(crate) mod testing {
         }
 
         pub fn load(&mut self, time: u64, addr: u64, size: u64, name: &str) -> &mut Self {
+            self.load_code(time, addr, name, &vec![0xcc; size as usize])
+        }
+
+        pub fn load_code(&mut self, time: u64, addr: u64, name: &str, code: &[u8]) -> &mut Self {
             let mut body = Vec::new();
             for v in [7u32, 7u32] {
                 body.extend_from_slice(&v.to_ne_bytes());
             }
-            for v in [addr, addr, size, 0] {
+            for v in [addr, addr, code.len() as u64, 0] {
                 body.extend_from_slice(&v.to_ne_bytes());
             }
             body.extend_from_slice(name.as_bytes());
             body.push(0);
-            body.resize(body.len() + size as usize, 0xcc);
+            body.extend_from_slice(code);
             self.record(super::JIT_CODE_LOAD, time, &body);
             self
         }
@@ -339,6 +356,27 @@ mod tests {
 
     fn name(d: &JitDump, addr: u64, time: u64) -> Option<String> {
         d.lookup(addr, time).map(|c| c.name.to_string())
+    }
+
+    /// .NET's records carry the code: a method without frame pointer gets its rule from its prologue there.
+    #[test]
+    fn frames_come_from_the_code_in_the_records() {
+        let nap = [0x50, 0xbf, 0x14, 0, 0, 0, 0xff, 0x15, 0, 0, 0, 0, 0x90, 0x48, 0x83, 0xc4, 8, 0xc3];
+        let framed = [0x55, 0x48, 0x8b, 0xec, 0xbf, 0x14, 0, 0, 0, 0xff, 0x15, 0, 0, 0, 0, 0x90, 0x5d, 0xc3];
+        let mut w = JitDumpWriter::new(7, 0);
+        w.load_code(1, 0x1000, "void [App] App::Nap()[QuickJitted]", &framed)
+            .load_code(2, 0x2000, "void [App] App::Nap()[OptimizedTier1]", &nap)
+            .load_code(3, 0x3000, "void [App] App::Nap()[OSR]", &nap)
+            .load_code(4, 0x4000, "void [App] App::Nap()[OptimizedTier1]", &nap)
+            .moved(5, 0x4000, 0x5000, nap.len() as u64);
+        let d = JitDump::parse(&w.bytes);
+        let rule = JitFrame::StackPointer { cfa: 16, rbp_slot: None };
+        let frames: Vec<_> = d.frames().collect();
+        assert_eq!(frames, [(0x2000, 0x2012, rule), (0x4000, 0x4012, rule), (0x5000, 0x5012, rule)]);
+        // Code cut short in its record: no rule.
+        let mut w = JitDumpWriter::new(7, 0);
+        w.load_code(1, 0x2000, "void [App] App::Nap()[OptimizedTier1]", &nap[..3]);
+        assert_eq!(JitDump::parse(&w.bytes).frames().count(), 0);
     }
 
     #[test]

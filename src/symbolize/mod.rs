@@ -24,6 +24,7 @@ mod off_cpu;
 mod options;
 mod perf_map;
 mod proc_info;
+mod prologues;
 mod r2r;
 mod r2r_symbols;
 #[cfg(test)]

@@ -15,7 +15,8 @@ use super::perf_map::PerfMap;
 use super::proc_info::ProcessInfo;
 use super::r2r_symbols::{self, R2rSymbols};
 use super::symbol_table::SymbolTable;
-use super::symbols_dir::{CapturedDir, CapturedDso, CapturedTable};
+use super::symbols_dir::{jit_frames_name, CapturedDir, CapturedDso, CapturedTable};
+use super::unwind::JitFrames;
 use crate::fs::{input, Last, Limit, Root};
 use anyhow::Result;
 use std::collections::{HashMap, HashSet};
@@ -58,6 +59,8 @@ struct JitFiles {
     jitdump: Option<Arc<(Arc<str>, JitDump)>>,
     /// The jitdump path last tried (a process maps one per exec).
     jitdump_tried: Option<Arc<str>>,
+    /// The frames of its JIT methods that frame pointers do not unwind, as a capture saved them.
+    frames: Option<Option<Arc<JitFrames>>>,
 }
 
 pub struct Sources {
@@ -167,6 +170,31 @@ impl Sources {
         let loaded = Arc::new((shown, map));
         self.jit.entry(pid).or_default().perf_map = Some(loaded.clone());
         Some(loaded)
+    }
+
+    /// The frames of a process's JIT methods that frame pointers do not unwind: those a capture read from the live
+    /// process's code, and those of its jitdump (whose records carry the code).
+    pub fn jit_frames(&mut self, pid: u32, processes: &Processes) -> Option<Arc<JitFrames>> {
+        if let Some(frames) = self.jit.get(&pid).and_then(|f| f.frames.as_ref()) {
+            return frames.clone();
+        }
+        let mut rules = Vec::new();
+        match self.captured.as_ref().map(|c| c.jit_frames(pid)) {
+            Some(Ok(Some((frames, bad)))) => {
+                if bad > 0 {
+                    self.warnings.warn(format!("{} (PID {pid}): skipped {bad} malformed lines", jit_frames_name(pid)));
+                }
+                rules.extend(frames.rules());
+            }
+            Some(Err(e)) => self.warnings.warn(format!("captured JIT frames of PID {pid} unreadable: {e:#}")),
+            _ => {}
+        }
+        if let Some(dump) = self.jitdump(pid, processes) {
+            rules.extend(dump.1.frames());
+        }
+        let loaded = (!rules.is_empty()).then(|| Arc::new(JitFrames::from_rules(rules)));
+        self.jit.entry(pid).or_default().frames = Some(loaded.clone());
+        loaded
     }
 
     /// The jitdump the process mapped (path as it sees it), parsed.

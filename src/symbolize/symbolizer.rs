@@ -10,7 +10,9 @@ use super::off_cpu::{IntervalPass, Intervals, SwitchOuts};
 use super::options::SymbolizeOptions;
 use super::sources::Sources;
 use super::symbols_dir::Usage;
-use super::unwind::{CfiFiles, CodeModule, LiveFile, ModuleSource, StackWalker, UnwindStats, UserRegs, WalkEnd};
+use super::unwind::{
+    CfiFiles, CodeModule, JitFrame, LiveFile, ModuleSource, StackWalker, UnwindStats, UserRegs, WalkEnd,
+};
 use super::{Frame, FrameKind, OffCpuState, ResolvedSample, Stack, RUNNABLE_FRAME};
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
@@ -745,5 +747,9 @@ impl ModuleSource for Modules<'_> {
         let cfi = self.cfi.get(&m.file, &mut live)?;
         let base_avma = cfi.bias(m.start, m.pgoff)?;
         Some(CodeModule { avma: m.start..m.end, base_avma, cfi, name: m.file.path.to_string() })
+    }
+
+    fn jit_frame(&mut self, addr: u64) -> Option<JitFrame> {
+        self.sources.jit_frames(self.pid, self.processes)?.lookup(addr)
     }
 }

@@ -7,6 +7,7 @@
 //! | `processes.txt`   | `HOSTPID NSPID UID` per captured process                                          |
 //! | `perf-HOSTPID.map`| byte copy of the process's perf map (`/tmp/perf-NSPID.map` in its namespace)      |
 //! | `jit-HOSTPID.dump`| byte copy of the jitdump the process mapped                                       |
+//! | `jitframes-HOSTPID.txt` | per JIT method of the process that frame pointers do not unwind, read from its prologue while the process lived: `START SIZE sp CFA [RBPSLOT]` (no frame pointer: the caller's stack pointer is CFA bytes above the stack pointer; rbp saved RBPSLOT bytes below that, if the method pushed it) or `START SIZE bp CFA RBPSLOT` (rbp set up CFA bytes below the caller's stack pointer, not where it saved the caller's rbp); hex, see `unwind::JitFrame` |
 //! | `dsos.txt`        | `SYMFILE MAJ:MIN:INO BUILDID PATH` per mapped file with samples; `SYMFILE` is `-` for a file without symbols (neither ELF nor ReadyToRun, unreadable), `BUILDID` is hex or `-`, `PATH` (as the target saw it) runs to the end of the line with `%`, CR and LF percent-escaped |
 //! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled; `OFFSET SIZE` alone is a function without a name (from `.eh_frame`), shown as one frame; when there are such, `# load OFFSET VADDR FILESZ` lines give the file's PT_LOAD segments, so a debug file fetched later (`postprocess -symbol-server`) can name them |
 //! | `r2r-N.syms`      | the same for a ReadyToRun image: `.NET` method names as the runtime spells them, `OFFSET SIZE` alone for an unnamed code block; its frames are managed code |
@@ -25,7 +26,7 @@ use super::name_limit;
 use super::perf_map::{parse_hex, parse_line};
 use super::ranges::{Range, RangeTable};
 use super::symbol_table::{SymbolTable, SymbolTableBuilder};
-use super::unwind::ModuleCfi;
+use super::unwind::{JitFrames, ModuleCfi};
 use crate::fs::{Dir, Limit};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap};
@@ -41,6 +42,10 @@ pub fn perf_map_name(pid: u32) -> String {
 
 pub fn jitdump_name(pid: u32) -> String {
     format!("jit-{pid}.dump")
+}
+
+pub fn jit_frames_name(pid: u32) -> String {
+    format!("jitframes-{pid}.txt")
 }
 
 /// Prefix of the symbol file of a ReadyToRun image (its frames are managed code; ELF ones are `dso-N.syms`).
@@ -182,6 +187,11 @@ impl CapturedDir {
 
     pub fn jitdump(&self, pid: u32) -> String {
         jitdump_name(pid)
+    }
+
+    /// The saved frames of a process's JIT methods (`jitframes-HOSTPID.txt`), with the number of lines refused.
+    pub fn jit_frames(&self, pid: u32) -> Result<Option<(JitFrames, usize)>> {
+        Ok(read_text(&self.dir, &jit_frames_name(pid))?.map(|text| JitFrames::parse(&text)))
     }
 
     /// A saved perf map or jitdump, `None` when missing or unusable (a symlink, a FIFO, too large: then warned

@@ -7,6 +7,8 @@
 //! - [`StackWalker::walk`]: one sample's walk — any sample record with registers and a stack copy (on-CPU samples,
 //!   context-switch samples alike); modules come through a [`ModuleSource`], so the walk itself touches no file.
 //! - [`CfiFiles`]: each file's unwind info, captured copy first, loaded once.
+//! - [`JitFrame`]: how a JIT method's frames are unwound where frame pointers go astray, classified from its
+//!   prologue bytes ([`classify`]); a process's table of them is [`JitFrames`].
 //!
 //! The walk is fed untrusted bytes (stack contents and CFI come from the target) and always ends: see
 //! [`walk`](walk) for its bounds, and [`ModuleCfi::checked`] for what is refused before. A fuzz target composes
@@ -15,11 +17,13 @@
 
 mod cfi;
 mod check;
+mod jit_frames;
 mod saved;
 mod uncached;
 mod walk;
 
 pub use cfi::{CfiSection, ModuleCfi};
+pub use jit_frames::{classify, line as jit_frame_line, method_frame, JitFrame, JitFrames, PROLOGUE_BYTES};
 pub use saved::{write_saved, CfiFiles, LiveFile, UNWIND_INDEX};
 pub use walk::{user_part, CodeModule, ModuleSource, StackWalker, UserRegs, Walk, WalkEnd, MAX_FRAMES};
 

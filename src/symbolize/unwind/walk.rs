@@ -1,8 +1,10 @@
 //! Walking one sample's user stack: from its registers through the copy of the stack it carries, frame by frame
 //! with the call frame information of the file each address lies in (framehop's DWARF CFI unwinder, with its rule
-//! cache), by frame pointer where a frame has none (JIT code). Where the copy ends, the kernel's frame-pointer chain
-//! takes over if it passes through the last frame found; where the walk breaks and the chain does not, the chain
-//! alone is kept if it is longer — stack copies never make a stack shorter than frame pointers give it.
+//! cache), by frame pointer where a frame has none (JIT code) — except, for a return address in a JIT method whose
+//! frame frame pointers get wrong, by the rule read from its prologue ([`JitFrame`]). Where the copy ends, the
+//! kernel's frame-pointer chain takes over if it passes through the last frame found; where the walk breaks and the
+//! chain does not, the chain alone is kept if it is longer — stack copies never make a stack shorter than frame
+//! pointers give it.
 //!
 //! Each address space keeps framehop's rule cache for all its samples; frames at addresses whose CFI framehop cannot
 //! cache as a rule are unwound with a fresh cache instead (see [`uncached`](super::uncached) for why), so a stack's
@@ -14,6 +16,7 @@
 //! limit, and the stack pointer must rise with every frame, so loops and wild CFA offsets end it.
 
 use super::cfi::ModuleCfi;
+use super::jit_frames::JitFrame;
 use super::uncached::{merged, uncached_rows};
 use crate::perf_data::abi::{CONTEXT_MAX, CONTEXT_USER};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
@@ -54,6 +57,12 @@ pub trait ModuleSource {
     /// `None` for JIT code, unknown memory or a file without readable unwind info (frames there are unwound by
     /// frame pointer).
     fn module_at(&mut self, addr: u64) -> Option<CodeModule>;
+    /// How the JIT method holding `addr` is unwound once its prologue has run, where frame pointers would go astray
+    /// (see [`JitFrame`]); `None` where they do not, or nothing is known (called for return addresses outside every
+    /// module).
+    fn jit_frame(&mut self, _addr: u64) -> Option<JitFrame> {
+        None
+    }
 }
 
 /// How a walk ended.
@@ -139,7 +148,21 @@ impl StackWalker {
             } else {
                 &mut unwinder.cache
             };
-            let step = unwinder.unwinder.unwind_frame(address, &mut state, cache, &mut read_stack);
+            // A return address (its method's prologue has run) in JIT code whose frame frame pointers do not unwind.
+            let jit_frame = match address {
+                FrameAddress::ReturnAddress(_) if modules.mapping_start(lookup).is_none() => modules.jit_frame(lookup),
+                _ => None,
+            };
+            let step = match jit_frame {
+                Some(frame) => match frame.step(state.sp(), state.bp(), |a| read_stack(a).ok()) {
+                    Some((return_address, sp, bp)) => {
+                        state = UnwindRegsX86_64::new(return_address, sp, bp);
+                        Ok(Some(return_address))
+                    }
+                    None => Err(()),
+                },
+                None => unwinder.unwinder.unwind_frame(address, &mut state, cache, &mut read_stack).map_err(|_| ()),
+            };
             match step {
                 Ok(None) => break true,
                 // Every real call frame lies above its callee's: a stack pointer that does not rise is a loop
@@ -490,6 +513,61 @@ mod tests {
         assert_eq!(first, second);
         // A walker that never saw the stack agrees too.
         assert_eq!(StackWalker::default().walk((1, 0), &mut m, regs, &stack, &[]), first);
+    }
+
+    /// JIT code only, with the rules a capture saved for some of its methods.
+    struct JitOnly(Vec<(Range<u64>, JitFrame)>);
+
+    impl ModuleSource for JitOnly {
+        fn mapping_start(&self, _addr: u64) -> Option<u64> {
+            None
+        }
+        fn is_code(&self, addr: u64) -> bool {
+            (0x5000..0xa000).contains(&addr)
+        }
+        fn module_at(&mut self, _addr: u64) -> Option<CodeModule> {
+            None
+        }
+        fn jit_frame(&mut self, addr: u64) -> Option<JitFrame> {
+            self.0.iter().find(|(r, _)| r.contains(&addr)).map(|(_, f)| *f)
+        }
+    }
+
+    /// `WaitMain` (framed, at 0x6000) calls `Nap` (0x5000, tier 1: `push rax; mov edi, 20; call [Sleep]`, no frame
+    /// pointer), which calls `Sleep` (the leaf, framed). rbp in `Nap` is still `WaitMain`'s: by frame pointer alone,
+    /// the step out of `Nap` lands in `WaitMain`'s caller (0x5810).
+    #[test]
+    fn a_frameless_jit_method_returns_to_its_caller() {
+        let stack = words(&[
+            0x7020, // 0x7000: Sleep's saved rbp (WaitMain's)
+            0x5010, // 0x7008: return into Nap
+            0xdead, // 0x7010: Nap's push rax
+            0x6010, // 0x7018: return into WaitMain
+            0x7040, // 0x7020: WaitMain's saved rbp
+            0x5810, // 0x7028: return into WaitMain's caller
+            0, 0, 0, // 0x7040: the outermost frame
+            0,
+        ]);
+        let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x7000 };
+        let by_fp = StackWalker::default().walk((1, 0), &mut JitOnly(vec![]), regs, &stack, &[]);
+        assert_eq!(by_fp.frames, vec![0x9000, 0x5010, 0x5810]);
+        let nap = (0x5000..0x5012, JitFrame::StackPointer { cfa: 16, rbp_slot: None });
+        let mut rules = JitOnly(vec![nap.clone()]);
+        let walk = StackWalker::default().walk((1, 0), &mut rules, regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5010, 0x6010, 0x5810], end: WalkEnd::Complete });
+        // The leaf is never stepped by its method's rule (its prologue may not have run): Nap as the leaf, right
+        // after `call` (sp at the return address), is left to today's handling.
+        let leaf = UserRegs { ip: 0x5000, sp: 0x7018, bp: 0x7020 };
+        let walk = StackWalker::default().walk((1, 0), &mut rules, leaf, &stack[0x18..], &[]);
+        assert_eq!(walk.frames, [0x5000, 0x5810], "{walk:?}");
+        // rbp pushed by a frameless method is restored from its slot; a rule reading past the copy ends the walk.
+        let pushed = JitOnly(vec![(0x5000..0x5012, JitFrame::StackPointer { cfa: 24, rbp_slot: Some(16) })]);
+        let stack = words(&[0x7030, 0x5010, 0xdead, 0x7028, 0x6010, 0x7048, 0x5810, 0, 0, 0, 0, 0]);
+        let walk = StackWalker::default().walk((1, 0), &mut { pushed }, regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5010, 0x6010, 0x5810], end: WalkEnd::Complete });
+        let far = JitOnly(vec![(0x5000..0x5012, JitFrame::StackPointer { cfa: 0x1000, rbp_slot: None })]);
+        let walk = StackWalker::default().walk((1, 0), &mut { far }, regs, &stack, &[]);
+        assert_eq!(walk, Walk { frames: vec![0x9000, 0x5010], end: WalkEnd::Stopped });
     }
 
     #[test]
