@@ -94,6 +94,8 @@ def start_api(version):
     env = dict(os.environ)
     if version != "3.1":
         env["DOTNET_EnableWriteXorExecute"] = "0"
+        # run.sh leaves .NET 8's perf map off (profcpu switches it on over the IPC; perf cannot): on from the start.
+        env["DOTNET_PerfMapEnabled"] = "1"
     api = subprocess.run(["bash", os.path.join(REPO, "examples/webapi/run.sh"), "--runtime", version, "--port",
                           str(port)], check=True, stdout=subprocess.PIPE, text=True, env=env)
     api_pid = int(api.stdout.strip())
