@@ -135,15 +135,25 @@ fn app_dll(version: &str) -> PathBuf {
         "3.1" => ("netcoreapp3.1", "3.1.0"),
         other => panic!("no runtimeconfig for {other}"),
     };
-    let dir = work_root().join(format!("app-{version}"));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::copy(built, dir.join("App.dll")).unwrap();
-    std::fs::write(
-        dir.join("App.runtimeconfig.json"),
-        format!(r#"{{"runtimeOptions":{{"tfm":"{tfm}","framework":{{"name":"Microsoft.NETCore.App","version":"{framework}"}}}}}}"#),
-    )
-    .unwrap();
-    dir.join("App.dll")
+    // Placed once per version: tests run side by side, and a copy rewritten while another test's runtime loads it
+    // reads as "Bad IL format".
+    static PLACED: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
+    let placed = PLACED.get_or_init(Default::default);
+    let mut placed = placed.lock().unwrap_or_else(|e| e.into_inner());
+    placed
+        .entry(version.to_string())
+        .or_insert_with(|| {
+            let dir = work_root().join(format!("app-{version}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::copy(built, dir.join("App.dll")).unwrap();
+            std::fs::write(
+                dir.join("App.runtimeconfig.json"),
+                format!(r#"{{"runtimeOptions":{{"tfm":"{tfm}","framework":{{"name":"Microsoft.NETCore.App","version":"{framework}"}}}}}}"#),
+            )
+            .unwrap();
+            dir.join("App.dll")
+        })
+        .clone()
 }
 
 /// SIGKILL to a process group we started and to the given processes.
