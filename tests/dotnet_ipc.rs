@@ -853,7 +853,7 @@ fn collect_on_runtimes_that_cannot_switch_says_how_to_get_names() {
             let found = std::fs::read_dir(format!("/proc/{}/root/tmp", app.host_pid))
                 .unwrap()
                 .flatten()
-                .any(|e| e.file_name().to_string_lossy().starts_with(&format!("{name}-{}", app.nspid)));
+                .any(|e| e.file_name().to_string_lossy().starts_with(&format!("{name}-{}.", app.nspid)));
             assert!(!found, ".NET {version}: a {name} file appeared in the app's /tmp");
         }
     }
