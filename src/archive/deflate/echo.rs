@@ -198,17 +198,8 @@ fn common_len(data: &[u8], a: usize, b: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::super::FINAL_BLOCK;
+    use super::super::inflate_segment as inflate;
     use super::*;
-    use std::io::Read;
-
-    fn inflate(segment: &[u8]) -> Vec<u8> {
-        let mut stream = segment.to_vec();
-        stream.extend_from_slice(&FINAL_BLOCK);
-        let mut out = Vec::new();
-        flate2::read::DeflateDecoder::new(&stream[..]).read_to_end(&mut out).expect("a valid deflate stream");
-        out
-    }
 
     fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
         move || {

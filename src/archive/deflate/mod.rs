@@ -39,6 +39,17 @@ pub fn stored_block(bytes: &[u8]) -> Vec<u8> {
 /// The last block of the stream: empty, fixed Huffman, BFINAL=1.
 pub const FINAL_BLOCK: [u8; 2] = [0x03, 0x00];
 
+/// A whole deflate stream from one segment, decoded (tests of the segment encoders and their callers).
+#[cfg(test)]
+pub fn inflate_segment(segment: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut stream = segment.to_vec();
+    stream.extend_from_slice(&FINAL_BLOCK);
+    let mut out = Vec::new();
+    flate2::read::DeflateDecoder::new(&stream[..]).read_to_end(&mut out).expect("a valid deflate stream");
+    out
+}
+
 /// A segment compressed by miniz (`level`), ending with a sync flush; returns it with the CRC of its input.
 pub fn deflate_segment<'a>(level: Compression, parts: impl IntoIterator<Item = &'a [u8]>) -> (Vec<u8>, Crc) {
     let mut d = Deflater::new(level);

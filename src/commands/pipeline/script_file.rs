@@ -136,21 +136,11 @@ fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice]) -> std::io::R
 
 #[cfg(test)]
 mod tests {
-    use crate::archive::deflate::{deflate_segment, RepeatDeflater, FINAL_BLOCK};
+    use crate::archive::deflate::{deflate_segment, inflate_segment as inflate, RepeatDeflater};
     use crate::report::script::{ScriptOptions, ScriptWriter};
     use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
     use flate2::Compression;
-    use std::io::Read;
     use std::sync::Arc;
-
-    /// A whole deflate stream from one segment, decoded.
-    fn inflate(segment: &[u8]) -> Vec<u8> {
-        let mut stream = segment.to_vec();
-        stream.extend_from_slice(&FINAL_BLOCK);
-        let mut out = Vec::new();
-        flate2::read::DeflateDecoder::new(&stream[..]).read_to_end(&mut out).expect("a valid deflate stream");
-        out
-    }
 
     /// Samples as the outputs stream renders them: header lines (fed with their spans) and stack texts (fed by
     /// their piece ids), from stacks that repeat near and far, share tails, come and go, shared or not.
