@@ -20,6 +20,7 @@ mod check;
 mod jit_frames;
 mod saved;
 mod uncached;
+mod vet;
 mod walk;
 
 pub use cfi::{CfiSection, ModuleCfi};

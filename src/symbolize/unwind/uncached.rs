@@ -71,7 +71,7 @@ fn uncached_in<'a, S: UnwindSection<Slice<'a>>>(section: &S, bases: &BaseAddress
 }
 
 /// Whether framehop turns `row` into a rule (and so caches a rule that holds for every frame at its addresses).
-fn cacheable(row: &UnwindTableRow<usize>) -> bool {
+pub(super) fn cacheable(row: &UnwindTableRow<usize>) -> bool {
     match row.register(X86_64::RA) {
         // The outermost frame.
         None | Some(RegisterRule::Undefined) => return true,

@@ -8,7 +8,8 @@
 //!
 //! Each address space keeps framehop's rule cache for all its samples; frames at addresses whose CFI framehop cannot
 //! cache as a rule are unwound with a fresh cache instead (see [`uncached`](super::uncached) for why), so a stack's
-//! frames never depend on which samples were walked before it. A cache per space rather than one for all: framehop
+//! frames never depend on which samples were walked before it. Every row framehop is about to use is vetted first
+//! ([`vet`](super::vet)): one whose expressions could loop ends the walk. A cache per space rather than one for all: framehop
 //! keys cached rules by a global 16-bit count of module changes, which wraps, and a shared cache could then give one
 //! space a rule another cached for the same address; no rule is ever shared between spaces otherwise.
 //!
@@ -17,10 +18,11 @@
 
 use super::cfi::ModuleCfi;
 use super::jit_frames::JitFrame;
-use super::uncached::{merged, uncached_rows};
+use super::vet::{FileRows, Vetted};
 use crate::perf_data::abi::{CONTEXT_MAX, CONTEXT_USER};
 use framehop::x86_64::{CacheX86_64, UnwindRegsX86_64, UnwinderX86_64};
 use framehop::{FrameAddress, Module, Unwinder};
+use gimli::UnwindContext;
 use rustc_hash::{FxHashMap, FxHashSet};
 use std::ops::Range;
 use std::sync::Arc;
@@ -93,20 +95,29 @@ struct SpaceUnwinder {
     cache: CacheX86_64,
     /// Starts of the mappings already looked up (with or without a module).
     looked_up: FxHashSet<u64>,
-    /// The addresses (sorted, disjoint) in the modules added whose CFI rows framehop cannot cache as a rule.
-    uncached: Vec<Range<u64>>,
+    /// The modules added (sorted by address, disjoint), as framehop finds them: where their rows are vetted.
+    placed: Vec<Placed>,
+}
+
+/// A module of a space: its executable mapping, where its link-time 0 is, and its file's key in [`Files`].
+struct Placed {
+    avma: Range<u64>,
+    base_avma: u64,
+    file: usize,
 }
 
 /// Walks stacks of many address spaces, keeping each one's modules and cache of unwind rules.
 #[derive(Default)]
 pub struct StackWalker {
     spaces: FxHashMap<u64, SpaceUnwinder>,
-    uncached_rows: UncachedRows,
+    files: Files,
+    /// gimli's row evaluation state, reused by every vetting.
+    context: Box<UnwindContext<usize>>,
 }
 
-/// The uncacheable rows of each file's unwind info (link-time addresses), found once per file: keyed by the address
-/// of the shared info, which the entry keeps alive.
-type UncachedRows = FxHashMap<usize, (Arc<ModuleCfi>, Arc<[Range<u64>]>)>;
+/// Each file's vetted rows, shared by the spaces that map it: keyed by the address of its shared unwind info, which
+/// the entry keeps alive.
+type Files = FxHashMap<usize, FileRows>;
 
 impl StackWalker {
     /// Walks the user stack of a sample of address space `space` (`(id, generation)`: a new generation means the
@@ -139,10 +150,11 @@ impl StackWalker {
                 break false;
             }
             let lookup = address.address_for_lookup();
-            unwinder.add_module_at(lookup, modules, &mut self.uncached_rows);
+            unwinder.add_module_at(lookup, modules, &mut self.files);
             let sp_before = state.sp();
+            let vetted = unwinder.vet(lookup, &mut self.files, &mut self.context);
             let mut fresh;
-            let cache = if unwinder.is_uncached(lookup) {
+            let cache = if vetted == Vetted::Fresh {
                 fresh = CacheX86_64::new();
                 &mut fresh
             } else {
@@ -161,6 +173,7 @@ impl StackWalker {
                     }
                     None => Err(()),
                 },
+                None if vetted == Vetted::Refused => Err(()),
                 None => unwinder.unwinder.unwind_frame(address, &mut state, cache, &mut read_stack).map_err(|_| ()),
             };
             match step {
@@ -231,35 +244,37 @@ impl SpaceUnwinder {
             unwinder: UnwinderX86_64::new(),
             cache: CacheX86_64::new(),
             looked_up: FxHashSet::default(),
-            uncached: Vec::new(),
+            placed: Vec::new(),
         }
     }
 
     /// Adds the module holding `addr`, the first time its mapping is seen.
-    fn add_module_at(&mut self, addr: u64, modules: &mut impl ModuleSource, known: &mut UncachedRows) {
+    fn add_module_at(&mut self, addr: u64, modules: &mut impl ModuleSource, files: &mut Files) {
         let Some(start) = modules.mapping_start(addr) else { return };
         if !self.looked_up.insert(start) {
             return;
         }
         let Some(module) = modules.module_at(addr) else { return };
-        let (_, rows) = known
-            .entry(Arc::as_ptr(&module.cfi) as usize)
-            .or_insert_with(|| (module.cfi.clone(), uncached_rows(&module.cfi).into()));
-        // At run-time addresses, within the module (framehop looks for its rows nowhere else).
-        let placed = rows.iter().filter_map(|r| {
-            let start = r.start.checked_add(module.base_avma)?.max(module.avma.start);
-            let end = r.end.saturating_add(module.base_avma).min(module.avma.end);
-            (start < end).then_some(start..end)
-        });
-        self.uncached = merged(self.uncached.drain(..).chain(placed).collect());
+        let file = Arc::as_ptr(&module.cfi) as usize;
+        files.entry(file).or_insert_with(|| FileRows::new(module.cfi.clone()));
+        let at = self.placed.partition_point(|p| p.avma.start < module.avma.start);
+        self.placed.insert(at, Placed { avma: module.avma.clone(), base_avma: module.base_avma, file });
         let section_info = module.cfi.section_info();
         self.unwinder.add_module(Module::new(module.name, module.avma, module.base_avma, section_info));
     }
 
-    /// Whether the CFI row for `lookup` is one framehop cannot cache as a rule.
-    fn is_uncached(&self, lookup: u64) -> bool {
-        let after = self.uncached.partition_point(|r| r.start <= lookup);
-        after > 0 && self.uncached[after - 1].contains(&lookup)
+    /// How the row framehop would use for `lookup` may be used: looked up as framehop does (the module whose mapping
+    /// holds it; the address relative to its base, which must fit 32 bits). Where framehop finds no module, it uses
+    /// its frame-pointer rule: nothing to vet.
+    fn vet(&self, lookup: u64, files: &mut Files, context: &mut UnwindContext<usize>) -> Vetted {
+        let after = self.placed.partition_point(|p| p.avma.start <= lookup);
+        let Some(placed) = after.checked_sub(1).map(|i| &self.placed[i]).filter(|p| p.avma.contains(&lookup)) else {
+            return Vetted::Cached;
+        };
+        let Some(svma) = lookup.checked_sub(placed.base_avma).and_then(|a| u32::try_from(a).ok()) else {
+            return Vetted::Cached;
+        };
+        files.get_mut(&placed.file).map_or(Vetted::Cached, |rows| rows.vet(svma, context))
     }
 }
 
