@@ -136,9 +136,14 @@ fn fde_ranges(bytes: &[u8], address: u64, endian: RunTimeEndian, address_size: u
     let bases = BaseAddresses::default().set_eh_frame(address);
     let mut entries = eh_frame.entries(&bases);
     let mut out = Vec::new();
+    // Each CIE parsed once: a library has a few, shared by thousands of FDEs.
+    let mut cies = rustc_hash::FxHashMap::default();
     while let Ok(Some(entry)) = entries.next() {
         let CieOrFde::Fde(partial) = entry else { continue };
-        if let Ok(fde) = partial.parse(|section, bases, offset| section.cie_from_offset(bases, offset)) {
+        let fde = partial.parse(|section, bases, offset| {
+            cies.entry(offset.0).or_insert_with(|| section.cie_from_offset(bases, offset)).clone()
+        });
+        if let Ok(fde) = fde {
             if fde.len() > 0 {
                 out.push((fde.initial_address(), fde.len()));
             }
