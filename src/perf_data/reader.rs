@@ -5,7 +5,7 @@ use super::attr::Attr;
 use super::bytes::ByteReader;
 use super::header::{EventDesc, Features, FileHeader, FILE_HEADER_SIZE};
 use super::records::{Record, HEADER_SIZE};
-use super::sample::SampleFormat;
+use super::sample::{Sample, SampleFormat};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::Path;
@@ -314,21 +314,38 @@ impl PerfDataReader {
     /// Decodes the record at `offset` in the data section, as [`for_each_record_at`](Self::for_each_record_at)
     /// reported it.
     pub fn record_at(&self, offset: u64) -> Result<Record> {
-        let data = &self.bytes[self.data_start..self.data_end];
-        let start = usize::try_from(offset).ok().filter(|&o| o + HEADER_SIZE <= data.len());
-        let Some(start) = start else { bail!("no record at offset {offset} of the data section") };
-        let kind = u32::from_ne_bytes(data[start..start + 4].try_into().unwrap());
-        let size = u16::from_ne_bytes(data[start + 6..start + 8].try_into().unwrap()) as usize;
-        if size < HEADER_SIZE || start + size > data.len() {
-            bail!("no whole record at offset {offset} of the data section");
-        }
-        let rec = &data[start..start + size];
+        let rec = self.whole_record_at(offset)?;
+        let kind = u32::from_ne_bytes(rec[..4].try_into().unwrap());
         let format = if kind == RECORD_SAMPLE {
             self.format_for_sample(&rec[HEADER_SIZE..])
         } else {
             self.events[0].attr.sample_format()
         };
         Record::decode(rec, &format)
+    }
+
+    /// The sample at `offset` in the data section, decoded into `out` (its buffers reused, see
+    /// [`SampleFormat::parse_sample_into`]); an error if no sample record is there.
+    pub fn sample_at(&self, offset: u64, out: &mut Sample) -> Result<()> {
+        let rec = self.whole_record_at(offset)?;
+        if u32::from_ne_bytes(rec[..4].try_into().unwrap()) != RECORD_SAMPLE {
+            bail!("no sample at offset {offset} of the data section");
+        }
+        let misc = u16::from_ne_bytes(rec[4..6].try_into().unwrap());
+        let body = &rec[HEADER_SIZE..];
+        self.format_for_sample(body).parse_sample_into(misc, body, out)
+    }
+
+    /// The bytes of the record at `offset` in the data section, header included.
+    fn whole_record_at(&self, offset: u64) -> Result<&[u8]> {
+        let data = &self.bytes[self.data_start..self.data_end];
+        let start = usize::try_from(offset).ok().filter(|&o| o + HEADER_SIZE <= data.len());
+        let Some(start) = start else { bail!("no record at offset {offset} of the data section") };
+        let size = u16::from_ne_bytes(data[start + 6..start + 8].try_into().unwrap()) as usize;
+        if size < HEADER_SIZE || start + size > data.len() {
+            bail!("no whole record at offset {offset} of the data section");
+        }
+        Ok(&data[start..start + size])
     }
 
     /// The event (an index in [`events`](Self::events)) and thread of the sample at `offset` in the data section,

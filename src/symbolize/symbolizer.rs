@@ -328,28 +328,31 @@ impl Symbolizer {
                 lowest_to_come[i / RELEASE_EVERY] = lowest;
             }
         }
+        // One sample's buffers (its stack copy can be KBs), reused for every sample.
+        let mut sample = Sample::default();
         for (i, &(_, replay)) in timeline.iter().enumerate() {
             if release && i % RELEASE_EVERY == 0 {
                 reader.release_data_before(lowest_to_come[i / RELEASE_EVERY]);
             }
             match replay & (REPLAY_RECORD | REPLAY_SWITCH) {
                 0 => {
-                    let Ok(Record::Sample(mut s)) = reader.record_at(replay) else {
+                    if reader.sample_at(replay, &mut sample).is_err() {
                         // Located by the first pass, but its body does not decode.
                         read.records -= 1;
                         read.undecodable += 1;
                         continue;
-                    };
+                    }
+                    let s = &mut sample;
                     let event = reader.sample_formats().event_index(s.id);
                     let mut off_cpu = None;
                     if switch_outs.times(event) {
                         // A switch-out weighs the time until its thread ran again; one without is left out.
                         let Some(interval) = intervals.get(i) else { continue };
-                        off_cpu = Some(switch_outs.state(event, &s, interval));
+                        off_cpu = Some(switch_outs.state(event, s, interval));
                         s.period = interval.end.saturating_sub(s.time);
                         self.stats.switch_outs += 1;
                     }
-                    f(self.resolve(&s, event_names[event].clone(), off_cpu))?;
+                    f(self.resolve(s, event_names[event].clone(), off_cpu))?;
                 }
                 REPLAY_RECORD => self.observe(&records[(replay & !REPLAY_RECORD) as usize]),
                 _ => {}

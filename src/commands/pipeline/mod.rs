@@ -26,7 +26,7 @@ use crate::report::profile::{Profile, RecordingFacts, ReportOptions};
 use crate::report::top::{self, TopFrames};
 use crate::report::view::View;
 use crate::report::{self, Weight};
-use crate::symbolize::{Measure, SymbolizeOptions, SymbolizeStats, Symbolizer};
+use crate::symbolize::{Measure, ResolvedSample, SymbolizeOptions, SymbolizeStats, Symbolizer};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
@@ -75,6 +75,11 @@ pub struct OutputSummary {
 
 /// How many chunks of script text may wait for the writer thread.
 const CHUNKS_IN_FLIGHT: usize = 3;
+
+/// Named samples handed from the symbolizer to the report stage at a time, and how many such batches may wait:
+/// enough that handing over costs little against naming and rendering them.
+const BATCH_SAMPLES: usize = 512;
+const BATCHES_IN_FLIGHT: usize = 4;
 
 /// Symbolizes `dir/perf.data` and (re)writes perf_script.out, folded_stacks.out, flamegraph.svg, metadata.txt and
 /// prof.tar.gz in `dir`.
@@ -165,12 +170,41 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         })?;
         let compressor =
             spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive))?;
-        let mut sink = SampleSink::new(&report_opts, to_writer, recycled);
+        // Named samples go from this thread to the report stage's in batches, and the batches come back empty.
+        let (to_report, batches) = mpsc::sync_channel::<Vec<ResolvedSample>>(BATCHES_IN_FLIGHT);
+        let (return_batch, returned_batches) = mpsc::channel::<Vec<ResolvedSample>>();
+        let report_opts = &report_opts;
+        let report = spawn_named(scope, "report", move || -> Result<Profile> {
+            let started = Instant::now();
+            let mut sink = SampleSink::new(report_opts, to_writer, recycled);
+            for mut batch in batches {
+                for sample in batch.drain(..) {
+                    sink.take(sample)?;
+                }
+                let _ = return_batch.send(batch);
+            }
+            let profile = sink.finish();
+            tracing::debug!("rendered and folded the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+            profile
+        })?;
         // The symbolizer reports the reader's warnings (with everything else it finds).
         let started = Instant::now();
-        let stats = symbolizer.for_each_sample(&reader, |s| sink.take(s));
-        let streamed = sink.finish();
-        tracing::debug!("named, rendered and folded the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+        let mut batch = Vec::with_capacity(BATCH_SAMPLES);
+        let stats = symbolizer.for_each_sample(&reader, |s| {
+            batch.push(s);
+            if batch.len() == BATCH_SAMPLES {
+                let next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
+                // A report stage that stopped (its writer failed) says why when joined.
+                to_report.send(std::mem::replace(&mut batch, next)).map_err(|_| anyhow!("the report stage stopped"))?;
+            }
+            Ok(())
+        });
+        if !batch.is_empty() {
+            let _ = to_report.send(batch);
+        }
+        drop(to_report);
+        tracing::debug!("named the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+        let streamed = report.join().map_err(|_| anyhow!("the report stage panicked"))?;
         // A failed writer or compressor (disk full) is the cause of any failure the stream then reports; a
         // failed compressor stops the writer too.
         let written = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))?;
