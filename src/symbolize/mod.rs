@@ -28,7 +28,7 @@ mod prologues;
 mod r2r;
 mod r2r_symbols;
 #[cfg(test)]
-mod random_inputs;
+pub(crate) mod random_inputs;
 mod ranges;
 mod sources;
 pub mod symbol_server;

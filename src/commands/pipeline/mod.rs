@@ -239,44 +239,65 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         flame.title = title;
     }
 
-    // The small outputs, kept in memory for the archive too.
+    // The small outputs, kept in memory for the archive too: the folded stacks written and compressed on a thread
+    // of their own while the flame graphs are drawn (with many distinct stacks, both take tens of ms).
     let now = tarball::now();
-    let mut small: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let mut notes = Vec::new();
-    small.push((report::FOLDED_FILE.into(), folded_text(&folded)?));
-    if folded.total() > 0 {
-        small.push((report::FLAMEGRAPH_FILE.into(), svg(&folded, &flame)?));
-    } else {
+    let write_folded = || -> Result<(Vec<OutputFile>, Segment)> {
+        let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded_text(&folded)?)];
+        for (tid, _, thread) in &threads {
+            files.push((report::thread_folded_file(*tid).into(), folded_text(thread)?));
+        }
+        let entries: Vec<tarball::Entry> =
+            files.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
+        let segment = Segment::of_entries(Compression::fast(), &entries, false)?;
+        Ok((files, segment))
+    };
+    let draw = || -> Result<Vec<OutputFile>> {
+        let mut graphs = Vec::new();
+        if folded.total() > 0 {
+            graphs.push((report::FLAMEGRAPH_FILE.into(), svg(&folded, &flame)?));
+        }
+        for (tid, comm, thread) in &threads {
+            if thread.total() > 0 {
+                graphs.push((report::thread_flamegraph_file(*tid).into(), svg(thread, &flame.for_thread(*tid, comm))?));
+            }
+        }
+        Ok(graphs)
+    };
+    let ((folded_files, folded_segment), graphs) = std::thread::scope(|scope| -> Result<_> {
+        let folded = spawn_named(scope, "folded", write_folded)?;
+        let graphs = draw()?;
+        Ok((folded.join().map_err(|_| anyhow!("writing the folded stacks panicked"))??, graphs))
+    })?;
+    if folded.total() == 0 {
         let why = if folded.is_empty() { "no samples with a stack" } else { "every sample has period 0" };
         notes.push(format!("{why}: flamegraph.svg was not written"));
     }
-    for (tid, comm, thread) in &threads {
-        small.push((report::thread_folded_file(*tid).into(), folded_text(thread)?));
-        if thread.total() > 0 {
-            small.push((report::thread_flamegraph_file(*tid).into(), svg(thread, &flame.for_thread(*tid, comm))?));
-        }
-    }
-    small.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
-    for (name, bytes) in &small {
+    let mut rest = graphs;
+    rest.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
+    for (name, bytes) in folded_files.iter().chain(&rest) {
         staging.dir().write_file(name, bytes)?;
     }
     for note in &notes {
         tracing::warn!("{note}");
     }
 
-    // The archive: perf_script.out (streamed), perf.data, what names the frames, then the small outputs.
+    // The archive: perf_script.out (streamed), perf.data, what names the frames, the folded stacks, then the graphs
+    // and metadata.txt.
     let entries: Vec<tarball::Entry> =
-        small.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
+        rest.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
     for segment in &inputs_segments {
         archive.append(segment)?;
     }
+    archive.append(&folded_segment)?;
     archive.append(&Segment::of_entries(Compression::fast(), &entries, true)?)?;
     archive.finish(&tarball::tar_header(Path::new(report::PERF_SCRIPT_FILE), script_len, now, false)?)?;
 
     tracing::debug!("archive finished after {:.1?}", begun.elapsed());
 
     let mut files: Vec<PathBuf> = vec![report::PERF_SCRIPT_FILE.into()];
-    files.extend(small.iter().map(|(name, _)| name.clone()));
+    files.extend(folded_files.iter().chain(&rest).map(|(name, _)| name.clone()));
     files.push(report::ARCHIVE_FILE.into());
     // All outputs are replaced or none (an abort waits for this).
     crate::interrupt::publish(|| staging.publish(&files))?;
@@ -296,6 +317,9 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         archive: dir.shown(report::ARCHIVE_FILE),
     })
 }
+
+/// A small output's name and bytes.
+type OutputFile = (PathBuf, Vec<u8>);
 
 /// Starts a thread with a name (shown by `top -H`, `perf` and debuggers).
 fn spawn_named<'scope, T: Send + 'scope>(
