@@ -235,11 +235,11 @@ fn drawn_only(lines: &[String], total: u64, min_width_percent: f64) -> Option<Ve
     // How many frames of each stack to keep: up to its first narrow frame. A frame is a run of consecutive stacks
     // with the same frames up to its own, as inferno merges them.
     let mut keep = vec![usize::MAX; stacks.len()];
-    // The frames of the stack before: name, start time, first stack.
-    let mut open: Vec<(&str, u64, usize)> = Vec::new();
+    // The frames of the stack before, by depth: start time and first stack.
+    let mut open: Vec<(u64, usize)> = Vec::new();
     let mut time = 0u64;
-    let mut close_from = |depth: usize, open: &mut Vec<(&str, u64, usize)>, time: u64, upto: usize| {
-        for (d, &(_, start, first)) in open.iter().enumerate().skip(depth) {
+    let mut close_from = |depth: usize, open: &mut Vec<(u64, usize)>, time: u64, upto: usize| {
+        for (d, &(start, first)) in open.iter().enumerate().skip(depth) {
             if narrow(time - start) {
                 for k in &mut keep[first..upto] {
                     *k = (*k).min(d + 1);
@@ -248,23 +248,21 @@ fn drawn_only(lines: &[String], total: u64, min_width_percent: f64) -> Option<Ve
         }
         open.truncate(depth);
     };
+    let mut before: &[u8] = &[];
     for (i, &(stack, count)) in stacks.iter().enumerate() {
-        let mut shared = 0;
-        let mut frames = stack.split(';');
-        let mut rest = None;
-        for frame in frames.by_ref() {
-            if open.get(shared).is_some_and(|o| o.0 == frame) {
-                shared += 1;
-            } else {
-                rest = Some(frame);
-                break;
-            }
+        // The frames shared with the stack before: those whole in the bytes both start with.
+        let stack = stack.as_bytes();
+        let common = before.iter().zip(stack).take_while(|(a, b)| a == b).count();
+        let ends_frame = |s: &[u8]| s.get(common).map_or(true, |&b| b == b';');
+        let mut shared = memchr::memchr_iter(b';', &stack[..common]).count();
+        if !before.is_empty() && ends_frame(before) && ends_frame(stack) {
+            shared += 1;
         }
         close_from(shared, &mut open, time, i);
-        for frame in rest.into_iter().chain(frames) {
-            open.push((frame, time, i));
-        }
+        let frames = memchr::memchr_iter(b';', stack).count() + 1;
+        open.resize(frames.max(shared), (time, i));
         time += count;
+        before = stack;
     }
     close_from(0, &mut open, time, stacks.len());
 

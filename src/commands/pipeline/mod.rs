@@ -254,6 +254,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         Ok((files, segment))
     };
     let draw = || -> Result<Vec<OutputFile>> {
+        let started = Instant::now();
         let mut graphs = Vec::new();
         if folded.total() > 0 {
             graphs.push((report::FLAMEGRAPH_FILE.into(), svg(&folded, &flame)?));
@@ -263,6 +264,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                 graphs.push((report::thread_flamegraph_file(*tid).into(), svg(thread, &flame.for_thread(*tid, comm))?));
             }
         }
+        tracing::debug!("flame graphs drawn in {:.1?}", started.elapsed());
         Ok(graphs)
     };
     let ((folded_files, folded_segment), graphs) = std::thread::scope(|scope| -> Result<_> {
