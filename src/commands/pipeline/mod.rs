@@ -1,10 +1,11 @@
 //! The stages after recording, shared by `collect` and `postprocess`: perf.data → symbolize → report → archive.
 //!
-//! One pass over the recording: each sample is named, shown through the view, rendered as perf script text and
-//! folded, then dropped ([`sample_sink`]), so memory does not grow with the recording. Beside it, one thread writes
-//! perf_script.out and another compresses it into prof.tar.gz as it comes ([`script_file`], with
-//! [`crate::archive::deflate`] and [`crate::archive::tarball`]), while a fourth compresses perf.data and what names
-//! the frames into the archive; the small outputs join it at the end. docs/ARCHITECTURE.md draws these threads.
+//! One pass over the recording: each sample is named on this thread, then shown through the view, rendered as perf
+//! script text and folded on the `report` thread, and dropped ([`sample_sink`]), so memory does not grow with the
+//! recording. Beside it, one thread writes perf_script.out and another compresses it into prof.tar.gz as it comes
+//! ([`script_file`], with [`crate::archive::deflate`] and [`crate::archive::tarball`]), while others compress
+//! perf.data and what names the frames into the archive; the small outputs join it at the end.
+//! docs/ARCHITECTURE.md draws these threads.
 //!
 //! Outputs are written into a fresh staging folder inside the output directory and then renamed into place, so a
 //! regenerated file replaces the old one (or a planted symlink) instead of writing through it, and a failure never

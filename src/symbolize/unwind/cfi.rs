@@ -204,8 +204,10 @@ impl ModuleCfi {
         Ok(cfi)
     }
 
-    /// This info without any section that could make unwinding loop (see [`check`](super::check)), and why each
-    /// removed one was: every `ModuleCfi` from an untrusted source goes through this before it is unwound with.
+    /// This info without any section framehop indexes itself that could make unwinding loop (see
+    /// [`check`](super::check); rows read through `.eh_frame_hdr` are vetted one by one as the walk reaches them), and
+    /// why each removed one was: every `ModuleCfi` from an untrusted source goes through this before it is unwound
+    /// with.
     pub fn checked(self) -> (ModuleCfi, Vec<String>) {
         super::check::without_looping_expressions(self)
     }

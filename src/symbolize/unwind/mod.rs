@@ -11,7 +11,8 @@
 //!   prologue bytes ([`classify`]); a process's table of them is [`JitFrames`].
 //!
 //! The walk is fed untrusted bytes (stack contents and CFI come from the target) and always ends: see
-//! [`walk`](walk) for its bounds, and [`ModuleCfi::checked`] for what is refused before. A fuzz target composes
+//! [`walk`](walk) for its bounds, [`ModuleCfi::checked`] for what is refused when a file's CFI is loaded, and
+//! [`vet`](vet) for the rows refused as the walk reaches them. A fuzz target composes
 //! `ModuleCfi::decode` (bytes as a capture saves them) and `checked`, a one-module [`ModuleSource`] and
 //! [`StackWalker::walk`].
 
