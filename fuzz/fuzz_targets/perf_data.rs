@@ -3,7 +3,7 @@
 //! decoded again by offset, as the symbolizer does.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use profcpu::perf_data::{PerfDataReader, Record, Skimmed};
+use profcpu::perf_data::{PerfDataReader, Record, Sample, Skimmed};
 use std::path::Path;
 
 fuzz_target!(|data: &[u8]| {
@@ -21,14 +21,16 @@ fuzz_target!(|data: &[u8]| {
         offsets.push((offset, record));
         Ok(())
     });
+    // One sample decoded into again and again, as the symbolizer's replay does.
+    let mut again = Sample::default();
     let skimmed = reader.skim_records(|offset, entry| {
         match entry {
             Skimmed::Sample { .. } => {
                 // Located by the skim: decoding it by its offset gives what the full walk gave there.
-                let again = reader.record_at(offset);
+                let decoded = reader.sample_at(offset, &mut again);
                 let first = offsets.iter().find(|(o, _)| *o == offset).map(|(_, r)| r);
-                if let (Ok(again), Some(first)) = (&again, first) {
-                    assert_eq!(again, first, "record_at({offset}) differs from the walk");
+                if let (Ok(()), Some(Record::Sample(first))) = (decoded, first) {
+                    assert_eq!(&again, first, "sample_at({offset}) differs from the walk");
                 }
             }
             Skimmed::Record(_) => {}

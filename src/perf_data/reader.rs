@@ -253,8 +253,7 @@ impl PerfDataReader {
         self.for_each_record_at(|_, r| f(r))
     }
 
-    /// [`for_each_record`](Self::for_each_record) with each record's offset in the data section, which
-    /// [`record_at`](Self::record_at) takes to decode it again later (so a caller need not keep every record).
+    /// [`for_each_record`](Self::for_each_record) with each record's offset in the data section.
     pub fn for_each_record_at(&self, mut f: impl FnMut(u64, Record) -> Result<()>) -> Result<ReadStats> {
         self.walk(false, |offset, entry| match entry {
             Skimmed::Record(r) => f(offset, r),
@@ -263,7 +262,7 @@ impl PerfDataReader {
     }
 
     /// Like [`for_each_record_at`](Self::for_each_record_at), but samples are only located and timed, not
-    /// decoded (a first pass that orders records by time; [`record_at`](Self::record_at) decodes a sample when it
+    /// decoded (a first pass that orders records by time; [`sample_at`](Self::sample_at) decodes a sample when it
     /// is needed). Samples too short to hold a time count as undecodable.
     pub fn skim_records(&self, f: impl FnMut(u64, Skimmed) -> Result<()>) -> Result<ReadStats> {
         self.walk(true, f)
@@ -311,21 +310,8 @@ impl PerfDataReader {
 }
 
 impl PerfDataReader {
-    /// Decodes the record at `offset` in the data section, as [`for_each_record_at`](Self::for_each_record_at)
-    /// reported it.
-    pub fn record_at(&self, offset: u64) -> Result<Record> {
-        let rec = self.whole_record_at(offset)?;
-        let kind = u32::from_ne_bytes(rec[..4].try_into().unwrap());
-        let format = if kind == RECORD_SAMPLE {
-            self.format_for_sample(&rec[HEADER_SIZE..])
-        } else {
-            self.events[0].attr.sample_format()
-        };
-        Record::decode(rec, &format)
-    }
-
-    /// The sample at `offset` in the data section, decoded into `out` (its buffers reused, see
-    /// [`SampleFormat::parse_sample_into`]); an error if no sample record is there.
+    /// The sample at `offset` in the data section (as [`skim_records`](Self::skim_records) located it), decoded into
+    /// `out` (its buffers reused, see [`SampleFormat::parse_sample_into`]); an error if no sample record is there.
     pub fn sample_at(&self, offset: u64, out: &mut Sample) -> Result<()> {
         let rec = self.whole_record_at(offset)?;
         if u32::from_ne_bytes(rec[..4].try_into().unwrap()) != RECORD_SAMPLE {

@@ -641,6 +641,46 @@ mod tests {
         }
     }
 
+    /// `eh_frame` (as [`eh_frame`] builds it: a CIE, then one FDE from link-time 0) with an `.eh_frame_hdr` whose one
+    /// table entry points at that FDE, decoded and checked as untrusted CFI is: framehop looks rows up through the
+    /// header, and the walker vets each row before framehop uses it.
+    fn hostile_with_header(eh_frame: &[u8]) -> OneModule {
+        let (hdr_svma, eh_frame_svma) = (0x20_0000u64, 0x10_0000u64);
+        let fde_at = 4 + u32::from_le_bytes(eh_frame[..4].try_into().unwrap()) as u64;
+        // version 1; eh_frame_ptr pcrel|sdata4; fde_count udata4; table datarel|sdata4.
+        let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
+        hdr.extend_from_slice(&((eh_frame_svma as i64 - (hdr_svma as i64 + 4)) as i32).to_le_bytes());
+        hdr.extend_from_slice(&1u32.to_le_bytes());
+        hdr.extend_from_slice(&(-(hdr_svma as i64) as i32).to_le_bytes());
+        hdr.extend_from_slice(&((eh_frame_svma + fde_at) as i64 - hdr_svma as i64).to_le_bytes()[..4]);
+        let cfi = ModuleCfi {
+            eh_frame: Some(CfiSection { svma: eh_frame_svma, data: Arc::from(eh_frame) }),
+            eh_frame_hdr: Some(CfiSection { svma: hdr_svma, data: Arc::from(hdr) }),
+            text: Some(0..0x1000),
+            ..Default::default()
+        };
+        module(ModuleCfi::decode(&cfi.encode()).unwrap().checked().0)
+    }
+
+    /// The same hostile rows as [`hostile_cfi_ends_the_walk`], read through a header: nothing is dropped when the
+    /// file is loaded, and the walk still ends (a looping expression is refused as its row is reached).
+    #[test]
+    fn hostile_cfi_behind_a_header_ends_the_walk() {
+        let looping = vec![0x0f, 3, 0x2f, 0xfd, 0xff];
+        let mut m = hostile_with_header(&eh_frame(PLAIN, &looping));
+        assert!(m.0.as_ref().unwrap().cfi.eh_frame_hdr.is_some(), "the header is kept");
+        let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0x7008 };
+        let chain = [CONTEXT_USER, TEXT + 0x10, 0x5100, 0x5200];
+        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &words(&[TEXT + 0x20; 64]), &chain);
+        // The row is refused, the walk breaks there, and the kernel's chain stands.
+        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5100, 0x5200], end: WalkEnd::FramePointers });
+        // A plain function behind the same header is unwound by its CFI.
+        let mut plain = hostile_with_header(&eh_frame(PLAIN, &[]));
+        let regs = UserRegs { bp: 0, ..regs };
+        let walk = StackWalker::default().walk((1, 0), &mut plain, regs, &words(&[0x5678, 0]), &[]);
+        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5678], end: WalkEnd::Complete });
+    }
+
     fn hostile_with(eh_frame: &[u8]) -> OneModule {
         let cfi = ModuleCfi {
             eh_frame: Some(CfiSection { svma: 0x10_0000, data: Arc::from(eh_frame) }),
