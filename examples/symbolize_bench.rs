@@ -48,7 +48,7 @@ fn main() -> anyhow::Result<()> {
     }
     let path = path.expect("usage: symbolize_bench PERF_DATA [--offline DIR] [--symbols DIR] [--top N] [--stacks N]");
     let started = Instant::now();
-    let reader = PerfDataReader::open(&path)?;
+    let reader = PerfDataReader::from_file(&std::fs::File::open(&path)?, &path)?;
     let opened = started.elapsed();
     let mut samples = Vec::new();
     let stats = Symbolizer::new(&opts)?.for_each_sample(&reader, |s| {

@@ -5,17 +5,17 @@
 
 mod support;
 
-use profcpu::perf_data::PerfDataReader;
 use std::path::{Path, PathBuf};
 use support::golden::*;
 use support::inferno;
 use support::profcpu::*;
+use support::recording::open_perf_data;
 use support::scratch::Scratch;
 
 /// (data section offset, data section size, file length) of the golden perf.data.
 fn golden_layout() -> (u64, u64, u64) {
     let path = golden_dir().join("perf.data");
-    let reader = PerfDataReader::open(&path).unwrap();
+    let reader = open_perf_data(&path).unwrap();
     let data = reader.header().data;
     (data.offset, data.size, std::fs::metadata(&path).unwrap().len())
 }

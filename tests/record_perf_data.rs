@@ -10,6 +10,7 @@ use profcpu::perf_data::header::HOST_PID;
 use profcpu::perf_data::*;
 use profcpu::record::SAMPLE_TYPE;
 use support::perf::perf;
+use support::recording::open_perf_data;
 use support::scratch::Scratch;
 
 fn attr(config: u64) -> Attr {
@@ -183,7 +184,7 @@ fn every_record_kind_and_feature_reads_back_unchanged() {
     let path = dir.join("perf.data");
     write(&path);
 
-    let reader = PerfDataReader::open(&path).unwrap();
+    let reader = open_perf_data(&path).unwrap();
     assert!(reader.warnings().is_empty(), "{:?}", reader.warnings());
     let mut expected_events = events();
     expected_events[0].ids.push(33);
@@ -250,7 +251,7 @@ fn an_unfinished_file_is_recognised_and_existing_paths_are_never_overwritten() {
     let mut w = PerfDataWriter::create(&out, "perf.data", events()).unwrap();
     w.write_record(&records()[1]).unwrap();
     drop(w);
-    let err = PerfDataReader::open(&path).err().expect("an unfinished file must not read as a recording");
+    let err = open_perf_data(&path).err().expect("an unfinished file must not read as a recording");
     assert!(format!("{err:#}").contains("not finished"), "{err:#}");
 
     // create refuses an existing file and a symlink (even a dangling one) instead of writing through it.

@@ -8,13 +8,13 @@ mod support;
 use profcpu::fs::Dir;
 use profcpu::report::names::frame_label;
 
-use profcpu::perf_data::PerfDataReader;
 use profcpu::symbolize::{Capture, FrameKind, SymbolizeOptions};
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::dotnet::Dotnet;
 use support::perf::perf_record;
+use support::recording::open_perf_data;
 use support::running_app::RunningApp;
 use support::scratch::Scratch;
 use support::symbolize::{name_samples, Named};
@@ -82,7 +82,7 @@ fn jit_frames_of_an_app_in_its_own_namespaces_are_named_from_outside() {
         std::thread::sleep(Duration::from_millis(250));
     }
     recorder.join().expect("perf record failed");
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let live = name_samples(&reader, &SymbolizeOptions::live()).unwrap();
 
     // Nothing of the app is visible in the host's /tmp: the names can only have come from inside.

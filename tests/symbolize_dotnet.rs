@@ -7,13 +7,13 @@ mod support;
 use profcpu::fs::Dir;
 use profcpu::report::names::frame_label;
 
-use profcpu::perf_data::PerfDataReader;
 use profcpu::symbolize::{Capture, FrameKind, ResolvedSample, SymbolizeOptions};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::dotnet::Dotnet;
 use support::perf::{perf_record, perf_script_leaves};
+use support::recording::open_perf_data;
 use support::running_app::{exclusive, RunningApp};
 use support::scratch::Scratch;
 use support::symbolize::{name_samples, Named};
@@ -89,7 +89,7 @@ fn jit_methods_are_named_from_the_perf_map_with_the_expected_shares() {
     let pid = app.pid();
     let data = scratch.join("perf.data");
     perf_record(pid, 3.0, &data);
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let out = name_samples(&reader, &SymbolizeOptions::live()).unwrap();
     // perf itself, reading the same perf map (so before the process and its map go), is the oracle for leaves.
     let oracle = perf_script_leaves(&data);
@@ -194,7 +194,7 @@ fn stripped_coreclr_is_named_from_a_dotnet_symbol_debug_file() {
     let pid = app.pid();
     let data = scratch.join("perf.data");
     perf_record(pid, 3.0, &data);
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let symbolize = |roots: Vec<PathBuf>| {
         name_samples(&reader, &SymbolizeOptions { debug_roots: roots, ..SymbolizeOptions::live() }).unwrap()
     };
@@ -257,7 +257,7 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     app.kill();
     remove_tmp_files(pid);
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let mut live = Vec::new();
     let summary = capture
         .finish_with(&reader, |s| {

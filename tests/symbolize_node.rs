@@ -3,7 +3,6 @@
 //! JS name must come from the jitdump; a capture copies the dump for offline use.
 
 use profcpu::fs::Dir;
-use profcpu::perf_data::PerfDataReader;
 mod support;
 
 use profcpu::report::names::frame_label;
@@ -13,6 +12,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use support::perf::perf_record;
+use support::recording::open_perf_data;
 use support::running_app::RunningApp;
 use support::scratch::Scratch;
 use support::symbolize::{name_samples, Named};
@@ -50,7 +50,7 @@ fn hot_js_function_is_named_from_the_jitdump() {
 
     let data = scratch.join("perf.data");
     perf_record(pid, 3.0, &data);
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
 
     // The capture finds the dump through the recording's mapping of it and starts copying while node runs.
     let out_dir = scratch.join("out");

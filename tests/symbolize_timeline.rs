@@ -6,14 +6,13 @@
 use profcpu::fs::Dir;
 use profcpu::perf_data::abi::{CONTEXT_KERNEL, CONTEXT_USER, MISC_COMM_EXEC, MISC_USER};
 use profcpu::perf_data::abi::{SAMPLE_CALLCHAIN, SAMPLE_CPU, SAMPLE_IP, SAMPLE_PERIOD, SAMPLE_TID, SAMPLE_TIME};
-use profcpu::perf_data::{
-    Attr, Comm, EventDesc, Features, Mmap, PerfDataReader, PerfDataWriter, Record, Sample, SampleId, Task,
-};
+use profcpu::perf_data::{Attr, Comm, EventDesc, Features, Mmap, PerfDataWriter, Record, Sample, SampleId, Task};
 mod support;
 
 use profcpu::report::names::frame_label;
 use profcpu::symbolize::{FrameKind, ResolvedSample, SymbolizeOptions};
 use std::path::{Path, PathBuf};
+use support::recording::open_perf_data;
 use support::scratch::Scratch;
 use support::symbolize::name_samples;
 
@@ -183,7 +182,7 @@ fn recorded_state_over_time_names_every_frame() {
     std::fs::create_dir_all(scratch.join("symbols")).unwrap();
     let data = recording(&scratch.path);
     write_symbols(&scratch.path, "ffffffff81000000 100 [kernel.kallsyms] do_syscall_64\n");
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let out =
         name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
     assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
@@ -298,7 +297,7 @@ fn repeated_callchains_share_a_stack_while_their_names_hold() {
     .unwrap();
     std::fs::write(scratch.path.join("symbols/dso-0.syms"), "0 100 in_lib\n").unwrap();
     std::fs::write(scratch.path.join("symbols/dso-1.syms"), "0 100 in_other\n").unwrap();
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let out =
         name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
     assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
@@ -331,7 +330,7 @@ fn hidden_kernel_symbols_show_as_kernel_with_a_notice() {
     std::fs::create_dir_all(scratch.join("symbols")).unwrap();
     let data = recording(&scratch.path);
     write_symbols(&scratch.path, "# profcpu captured kernel symbols\n# hidden\n");
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let out =
         name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
     let s = out.samples.iter().find(|s| s.time == 10).unwrap();
@@ -345,7 +344,7 @@ fn offline_without_captured_files_keeps_modules() {
     let scratch = Scratch::new("symbolize-bare-offline");
     std::fs::create_dir_all(scratch.join("symbols")).unwrap();
     let data = recording(&scratch.path);
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let out =
         name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
     let s = out.samples.iter().find(|s| s.time == 20).unwrap();
@@ -372,7 +371,7 @@ fn bad_symbols_dir_is_one_clear_error() {
     std::fs::create_dir_all(scratch.join("symbols")).unwrap();
     std::os::unix::fs::symlink("/dev/zero", scratch.join("symbols/dsos.txt")).unwrap();
     let data = recording(&scratch.path);
-    let reader = PerfDataReader::open(&data).unwrap();
+    let reader = open_perf_data(&data).unwrap();
     let opts = SymbolizeOptions::offline(Dir::open(&scratch.join("symbols")).unwrap());
     let e = name_samples(&reader, &opts).unwrap_err();
     assert!(format!("{e:#}").contains("symbols/dsos.txt is a symlink, not a regular file"), "{e:#}");
@@ -433,7 +432,7 @@ fn random_records_never_panic() {
         }
         let path = scratch.path.join(format!("random-{round}.data"));
         write_perf_data(&path, &records);
-        let reader = PerfDataReader::open(&path).unwrap();
+        let reader = open_perf_data(&path).unwrap();
         let out = name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap()))
             .unwrap();
         assert!(out.samples.iter().all(|s| !s.frames.is_empty()));

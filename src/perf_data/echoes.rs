@@ -159,7 +159,7 @@ mod tests {
         let samples = recording(dir.path());
         let path = dir.path().join("perf.data");
         let bytes = std::fs::read(&path).unwrap();
-        let reader = PerfDataReader::open(&path).unwrap();
+        let reader = PerfDataReader::from_file(&std::fs::File::open(&path).unwrap(), &path).unwrap();
         for read_size in [bytes.len(), 4096, 1000, 97] {
             let mut echoes = StackEchoes::new(&reader, 512);
             let mut found = Vec::new();

@@ -73,11 +73,6 @@ impl ReadStats {
 }
 
 impl PerfDataReader {
-    pub fn open(path: &Path) -> Result<Self> {
-        let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
-        Self::from_file(&file, path)
-    }
-
     /// Reads a recording already opened (`shown` names it in messages).
     pub fn from_file(file: &std::fs::File, shown: &Path) -> Result<Self> {
         let path = shown;

@@ -303,17 +303,23 @@ impl DotnetRuntime {
             .map(|(_, v)| v.to_string())
             .unwrap_or_else(|| "/tmp".to_string());
 
-        let socket_names = match root.open_dir(Path::new(&socket_dir)) {
+        let is_dotnet = coreclr.is_some() || clr_setting(&environment, "PerfMapEnabled").is_some();
+        let mut socket_names = match root.open_dir(Path::new(&socket_dir)) {
             Ok(dir) => socket_candidates(dir, nspid, start_time),
             Err(_) => Vec::new(),
         };
+        // A socket whose key is not this process's start time can be a dead runtime's that had the same PID (a
+        // killed runtime leaves its socket behind): only a process that looks like .NET is asked through one.
+        let own_socket = format!("dotnet-diagnostic-{nspid}-{start_time}-socket");
+        if !is_dotnet && socket_names.first() != Some(&own_socket) {
+            socket_names.clear();
+        }
         if socket_names.is_empty() {
             let disabled = ["DOTNET_EnableDiagnostics", "COMPlus_EnableDiagnostics", "DOTNET_EnableDiagnostics_IPC"]
                 .into_iter()
                 .find_map(|name| {
                     setting(name).filter(|v| parse_clr_dword(v) == Some(0)).map(|v| format!("{name}={v}"))
                 });
-            let is_dotnet = coreclr.is_some() || clr_setting(&environment, "PerfMapEnabled").is_some();
             return Ok(match (disabled, is_dotnet) {
                 (Some(setting), _) => Lookup::DiagnosticsDisabled { host_pid, setting },
                 (None, true) => Lookup::NoSocket { host_pid, dir: socket_dir },

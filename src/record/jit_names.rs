@@ -263,9 +263,17 @@ mod tests {
         assert_eq!(JitNames::default().describe(), None);
     }
 
+    /// Also when a dead runtime that had the same PID left its diagnostics socket in /tmp (found flaky: /tmp held
+    /// hundreds of killed test runtimes' sockets, and this test process's PID was one of theirs).
     #[test]
     fn a_process_that_is_not_dotnet_is_passed_over() {
-        let names = JitNames::switch_on(&[std::process::id()], false);
+        let me = std::process::id();
+        let names = JitNames::switch_on(&[me], false);
         assert!(names.sources.is_empty(), "{:?}", names.sources);
+        let stale = std::path::PathBuf::from(format!("/tmp/dotnet-diagnostic-{me}-1-socket"));
+        std::fs::write(&stale, b"").unwrap();
+        let names = JitNames::switch_on(&[me], false);
+        std::fs::remove_file(&stale).unwrap();
+        assert!(names.sources.is_empty(), "a stale socket: {:?}", names.sources);
     }
 }

@@ -9,9 +9,15 @@ pub struct Recording {
     pub records: Vec<Record>,
 }
 
+/// A perf.data opened as `postprocess` opens it: the file, then [`PerfDataReader::from_file`].
+pub fn open_perf_data(path: &Path) -> anyhow::Result<PerfDataReader> {
+    let file = std::fs::File::open(path)?;
+    PerfDataReader::from_file(&file, path)
+}
+
 impl Recording {
     pub fn read(path: &Path) -> Recording {
-        let reader = PerfDataReader::open(path).unwrap_or_else(|e| panic!("{e:#}"));
+        let reader = open_perf_data(path).unwrap_or_else(|e| panic!("{e:#}"));
         assert!(reader.warnings().is_empty(), "reader warnings: {:?}", reader.warnings());
         let mut records = Vec::new();
         let stats = reader
