@@ -304,16 +304,10 @@ impl DotnetRuntime {
             .unwrap_or_else(|| "/tmp".to_string());
 
         let is_dotnet = coreclr.is_some() || clr_setting(&environment, "PerfMapEnabled").is_some();
-        let mut socket_names = match root.open_dir(Path::new(&socket_dir)) {
-            Ok(dir) => socket_candidates(dir, nspid, start_time),
+        let socket_names = match root.open_dir(Path::new(&socket_dir)) {
+            Ok(dir) => socket_candidates(dir, nspid, start_time, is_dotnet),
             Err(_) => Vec::new(),
         };
-        // A socket whose key is not this process's start time can be a dead runtime's that had the same PID (a
-        // killed runtime leaves its socket behind): only a process that looks like .NET is asked through one.
-        let own_socket = format!("dotnet-diagnostic-{nspid}-{start_time}-socket");
-        if !is_dotnet && socket_names.first() != Some(&own_socket) {
-            socket_names.clear();
-        }
         if socket_names.is_empty() {
             let disabled = ["DOTNET_EnableDiagnostics", "COMPlus_EnableDiagnostics", "DOTNET_EnableDiagnostics_IPC"]
                 .into_iter()
@@ -695,8 +689,10 @@ fn connect_one(
 }
 
 /// The socket names for `nspid` in `dir`: `dotnet-diagnostic-<nspid>-<key>-socket`, the one whose key equals the
-/// target's start time first, then by key, newest first.
-fn socket_candidates(dir: OwnedFd, nspid: u32, start_time: u64) -> Vec<String> {
+/// target's start time first, then by key, newest first. Sockets with other keys can be a dead runtime's that had the
+/// same PID (a killed runtime leaves its socket behind): without one under its own key, a process counts as having
+/// none unless it `looks_dotnet`.
+fn socket_candidates(dir: OwnedFd, nspid: u32, start_time: u64, looks_dotnet: bool) -> Vec<String> {
     let prefix = format!("dotnet-diagnostic-{nspid}-");
     let Ok(listing) = nix::dir::Dir::from_fd(dir) else { return Vec::new() };
     let mut found: Vec<(u64, String)> = Vec::new();
@@ -710,6 +706,9 @@ fn socket_candidates(dir: OwnedFd, nspid: u32, start_time: u64) -> Vec<String> {
         }
     }
     found.sort_by_key(|(key, _)| (*key != start_time, std::cmp::Reverse(*key)));
+    if !looks_dotnet && found.first().is_some_and(|(key, _)| *key != start_time) {
+        return Vec::new();
+    }
     found.into_iter().take(MAX_CANDIDATES).map(|(_, name)| name).collect()
 }
 

@@ -52,6 +52,13 @@ impl ModuleCfi {
         self.eh_frame.is_some() || self.debug_frame.is_some()
     }
 
+    /// Whether framehop finds `.eh_frame`'s rows through `.eh_frame_hdr` (it takes the header whenever both are
+    /// there: framehop 0.16, `ModuleUnwindDataInternal::new`) rather than by an index of its own. Such rows are
+    /// vetted one by one as the walk reaches them ([`vet`](super::vet)); the others are checked whole when loaded.
+    pub(super) fn read_through_header(&self) -> bool {
+        self.eh_frame.is_some() && self.eh_frame_hdr.is_some()
+    }
+
     /// Reads an ELF file's unwind info through positioned reads (no mapping: whoever owns the file, e.g. a
     /// container, could truncate it under us). `Ok(None)` when the file is not ELF.
     /// `expected_build_id` (from the recording) refuses a file replaced since.

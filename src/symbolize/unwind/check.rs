@@ -19,7 +19,7 @@ type Slice<'a> = EndianSlice<'a, LittleEndian>;
 pub fn without_looping_expressions(mut cfi: ModuleCfi) -> (ModuleCfi, Vec<String>) {
     let mut problems = Vec::new();
     let bases = cfi.bases();
-    if let (Some(section), None) = (&cfi.eh_frame, &cfi.eh_frame_hdr) {
+    if let Some(section) = cfi.eh_frame.as_ref().filter(|_| !cfi.read_through_header()) {
         let mut eh_frame = EhFrame::new(&section.data, LittleEndian);
         eh_frame.set_address_size(8);
         if let Err(why) = checked_fdes(&eh_frame, &bases) {

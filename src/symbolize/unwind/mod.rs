@@ -20,6 +20,8 @@ mod cfi;
 mod check;
 mod jit_frames;
 mod saved;
+#[cfg(test)]
+mod test_cfi;
 mod uncached;
 mod vet;
 mod walk;

@@ -48,8 +48,7 @@ enum Rows {
 
 impl FileRows {
     pub fn new(cfi: Arc<ModuleCfi>) -> FileRows {
-        // framehop takes the header whenever both sections are there (framehop 0.16, `ModuleUnwindDataInternal::new`).
-        let rows = if cfi.eh_frame.is_some() && cfi.eh_frame_hdr.is_some() {
+        let rows = if cfi.read_through_header() {
             Rows::ByHeader(FxHashMap::default())
         } else {
             Rows::Scanned(uncached_rows(&cfi))
@@ -120,8 +119,8 @@ fn could_loop(section: &EhFrame<Slice<'_>>, row: &UnwindTableRow<usize>) -> bool
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_cfi::{eh_frame, with_header, PLAIN};
     use super::*;
-    use crate::symbolize::unwind::CfiSection;
 
     fn own_cfi() -> ModuleCfi {
         ModuleCfi::read(&std::fs::File::open("/proc/self/exe").unwrap(), None).unwrap().unwrap()
@@ -172,36 +171,14 @@ mod tests {
         assert_eq!(rows.vet(svma, &mut UnwindContext::new()), Vetted::Refused);
     }
 
-    /// The row of an address whose CFA is computed by an expression that branches backwards is refused.
+    /// The row of an address whose CFA is computed by an expression that branches backwards (`DW_OP_skip -3`) is
+    /// refused.
     #[test]
     fn a_looping_expression_in_the_row_is_refused() {
-        // One CIE (zR, sdata4|pcrel pointers... here absolute udata4), one FDE over 0x1000..0x2000 whose CFA is
-        // `DW_OP_skip -3`, and a header with one table entry.
-        let mut eh_frame = Vec::new();
-        let cie = [0u8, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x03, 0x0c, 7, 8, 0x90, 1, 0, 0];
-        eh_frame.extend_from_slice(&(cie.len() as u32).to_le_bytes());
-        eh_frame.extend_from_slice(&cie);
-        let fde_at = eh_frame.len();
-        let mut fde = ((fde_at + 4) as u32).to_le_bytes().to_vec();
-        fde.extend_from_slice(&0x1000u32.to_le_bytes());
-        fde.extend_from_slice(&0x1000u32.to_le_bytes());
-        fde.extend_from_slice(&[0, 0x0f, 3, 0x2f, 0xfd, 0xff, 0, 0, 0, 0, 0]);
-        eh_frame.extend_from_slice(&(fde.len() as u32).to_le_bytes());
-        eh_frame.extend_from_slice(&fde);
-        eh_frame.extend_from_slice(&[0; 4]);
-        let (hdr_svma, eh_frame_svma) = (0x3000u64, 0x3100u64);
-        let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
-        hdr.extend_from_slice(&((eh_frame_svma - (hdr_svma + 4)) as i32).to_le_bytes());
-        hdr.extend_from_slice(&1u32.to_le_bytes());
-        hdr.extend_from_slice(&((0x1000 - hdr_svma as i64) as i32).to_le_bytes());
-        hdr.extend_from_slice(&((eh_frame_svma + fde_at as u64) as i64 - hdr_svma as i64).to_le_bytes()[..4]);
-        let cfi = ModuleCfi {
-            eh_frame: Some(CfiSection { svma: eh_frame_svma, data: Arc::from(eh_frame) }),
-            eh_frame_hdr: Some(CfiSection { svma: hdr_svma, data: Arc::from(hdr) }),
-            text: Some(0x1000..0x2000),
-            ..Default::default()
-        };
+        let cfi = with_header(&eh_frame(PLAIN, &[0x0f, 3, 0x2f, 0xfd, 0xff]));
         let mut rows = FileRows::new(Arc::new(cfi));
-        assert_eq!(rows.vet(0x1010, &mut UnwindContext::new()), Vetted::Refused);
+        assert_eq!(rows.vet(0x10, &mut UnwindContext::new()), Vetted::Refused);
+        let mut plain = FileRows::new(Arc::new(with_header(&eh_frame(PLAIN, &[]))));
+        assert_eq!(plain.vet(0x10, &mut UnwindContext::new()), Vetted::Cached);
     }
 }

@@ -150,19 +150,11 @@ impl StackWalker {
                 break false;
             }
             let lookup = address.address_for_lookup();
-            unwinder.add_module_at(lookup, modules, &mut self.files);
+            let in_mapping = unwinder.add_module_at(lookup, modules, &mut self.files);
             let sp_before = state.sp();
-            let vetted = unwinder.vet(lookup, &mut self.files, &mut self.context);
-            let mut fresh;
-            let cache = if vetted == Vetted::Fresh {
-                fresh = CacheX86_64::new();
-                &mut fresh
-            } else {
-                &mut unwinder.cache
-            };
             // A return address (its method's prologue has run) in JIT code whose frame frame pointers do not unwind.
             let jit_frame = match address {
-                FrameAddress::ReturnAddress(_) if modules.mapping_start(lookup).is_none() => modules.jit_frame(lookup),
+                FrameAddress::ReturnAddress(_) if !in_mapping => modules.jit_frame(lookup),
                 _ => None,
             };
             let step = match jit_frame {
@@ -173,8 +165,19 @@ impl StackWalker {
                     }
                     None => Err(()),
                 },
-                None if vetted == Vetted::Refused => Err(()),
-                None => unwinder.unwinder.unwind_frame(address, &mut state, cache, &mut read_stack).map_err(|_| ()),
+                None => match unwinder.vet(lookup, &mut self.files, &mut self.context) {
+                    Vetted::Refused => Err(()),
+                    vetted => {
+                        let mut fresh;
+                        let cache = if vetted == Vetted::Fresh {
+                            fresh = CacheX86_64::new();
+                            &mut fresh
+                        } else {
+                            &mut unwinder.cache
+                        };
+                        unwinder.unwinder.unwind_frame(address, &mut state, cache, &mut read_stack).map_err(|_| ())
+                    }
+                },
             };
             match step {
                 Ok(None) => break true,
@@ -248,19 +251,20 @@ impl SpaceUnwinder {
         }
     }
 
-    /// Adds the module holding `addr`, the first time its mapping is seen.
-    fn add_module_at(&mut self, addr: u64, modules: &mut impl ModuleSource, files: &mut Files) {
-        let Some(start) = modules.mapping_start(addr) else { return };
+    /// Adds the module holding `addr`, the first time its mapping is seen; whether `addr` lies in a mapping at all.
+    fn add_module_at(&mut self, addr: u64, modules: &mut impl ModuleSource, files: &mut Files) -> bool {
+        let Some(start) = modules.mapping_start(addr) else { return false };
         if !self.looked_up.insert(start) {
-            return;
+            return true;
         }
-        let Some(module) = modules.module_at(addr) else { return };
+        let Some(module) = modules.module_at(addr) else { return true };
         let file = Arc::as_ptr(&module.cfi) as usize;
         files.entry(file).or_insert_with(|| FileRows::new(module.cfi.clone()));
         let at = self.placed.partition_point(|p| p.avma.start < module.avma.start);
         self.placed.insert(at, Placed { avma: module.avma.clone(), base_avma: module.base_avma, file });
         let section_info = module.cfi.section_info();
         self.unwinder.add_module(Module::new(module.name, module.avma, module.base_avma, section_info));
+        true
     }
 
     /// How the row framehop would use for `lookup` may be used: looked up as framehop does (the module whose mapping
@@ -289,6 +293,7 @@ pub fn user_part(callchain: &[u64]) -> &[u64] {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_cfi::{eh_frame, with_header, PLAIN};
     use super::*;
     use crate::perf_data::abi::CONTEXT_KERNEL;
     use crate::symbolize::unwind::CfiSection;
@@ -320,40 +325,10 @@ mod tests {
         values.iter().flat_map(|v| v.to_le_bytes()).collect()
     }
 
-    /// `.eh_frame` with one CIE (`zR`, absolute udata4 addresses, data alignment -8, return address in r16) whose
-    /// initial instructions are `cie_ops`, and one FDE over the first 0x1000 bytes of the module with `fde_ops`
-    /// (DWARF 5 §6.4.1, LSB Core `.eh_frame`).
-    fn eh_frame(cie_ops: &[u8], fde_ops: &[u8]) -> Vec<u8> {
-        fn entry(out: &mut Vec<u8>, body: &[u8]) {
-            let mut body = body.to_vec();
-            while (body.len() + 4) % 8 != 0 {
-                body.push(0); // DW_CFA_nop
-            }
-            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            out.extend_from_slice(&body);
-        }
-        let mut out = Vec::new();
-        let mut cie = vec![0, 0, 0, 0, 1, b'z', b'R', 0, 1, 0x78, 16, 1, 0x03];
-        cie.extend_from_slice(cie_ops);
-        entry(&mut out, &cie);
-        let fde_start = out.len();
-        let mut fde = ((fde_start + 4) as u32).to_le_bytes().to_vec();
-        fde.extend_from_slice(&0u32.to_le_bytes()); // link-time address 0, loaded at TEXT
-        fde.extend_from_slice(&0x1000u32.to_le_bytes());
-        fde.push(0);
-        fde.extend_from_slice(fde_ops);
-        entry(&mut out, &fde);
-        out.extend_from_slice(&[0; 4]);
-        out
-    }
-
     /// A module with the given CFI, as profcpu takes untrusted CFI: decoded from the captured form and checked.
     fn hostile(cie_ops: &[u8], fde_ops: &[u8]) -> OneModule {
         hostile_with(&eh_frame(cie_ops, fde_ops))
     }
-
-    /// `DW_CFA_def_cfa rsp, 8; DW_CFA_offset r16, 1`: a function that just returns.
-    const PLAIN: &[u8] = &[0x0c, 7, 8, 0x90, 1];
 
     #[test]
     fn a_plain_function_returns_to_its_caller() {
@@ -641,25 +616,10 @@ mod tests {
         }
     }
 
-    /// `eh_frame` (as [`eh_frame`] builds it: a CIE, then one FDE from link-time 0) with an `.eh_frame_hdr` whose one
-    /// table entry points at that FDE, decoded and checked as untrusted CFI is: framehop looks rows up through the
+    /// [`with_header`]`(eh_frame)` decoded and checked as untrusted CFI is: framehop looks rows up through the
     /// header, and the walker vets each row before framehop uses it.
     fn hostile_with_header(eh_frame: &[u8]) -> OneModule {
-        let (hdr_svma, eh_frame_svma) = (0x20_0000u64, 0x10_0000u64);
-        let fde_at = 4 + u32::from_le_bytes(eh_frame[..4].try_into().unwrap()) as u64;
-        // version 1; eh_frame_ptr pcrel|sdata4; fde_count udata4; table datarel|sdata4.
-        let mut hdr = vec![1, 0x1b, 0x03, 0x3b];
-        hdr.extend_from_slice(&((eh_frame_svma as i64 - (hdr_svma as i64 + 4)) as i32).to_le_bytes());
-        hdr.extend_from_slice(&1u32.to_le_bytes());
-        hdr.extend_from_slice(&(-(hdr_svma as i64) as i32).to_le_bytes());
-        hdr.extend_from_slice(&((eh_frame_svma + fde_at) as i64 - hdr_svma as i64).to_le_bytes()[..4]);
-        let cfi = ModuleCfi {
-            eh_frame: Some(CfiSection { svma: eh_frame_svma, data: Arc::from(eh_frame) }),
-            eh_frame_hdr: Some(CfiSection { svma: hdr_svma, data: Arc::from(hdr) }),
-            text: Some(0..0x1000),
-            ..Default::default()
-        };
-        module(ModuleCfi::decode(&cfi.encode()).unwrap().checked().0)
+        module(ModuleCfi::decode(&with_header(eh_frame).encode()).unwrap().checked().0)
     }
 
     /// The same hostile rows as [`hostile_cfi_ends_the_walk`], read through a header: nothing is dropped when the
