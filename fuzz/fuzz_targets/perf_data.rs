@@ -26,10 +26,15 @@ fuzz_target!(|data: &[u8]| {
     let skimmed = reader.skim_records(|offset, entry| {
         match entry {
             Skimmed::Sample { .. } => {
-                // Located by the skim: decoding it by its offset gives what the full walk gave there.
-                let decoded = reader.sample_at(offset, &mut again);
+                // Located by the skim: decoding it by its offset gives what the full walk gave there (the stack
+                // copy as it lies in the file).
+                let decoded = reader.sample_at(offset, &mut again).map(<[u8]>::to_vec);
                 let first = offsets.iter().find(|(o, _)| *o == offset).map(|(_, r)| r);
-                if let (Ok(()), Some(Record::Sample(first))) = (decoded, first) {
+                if let (Ok(stack), Some(Record::Sample(first))) = (decoded, first) {
+                    match &mut again.user {
+                        Some(user) => user.stack = stack,
+                        None => assert!(stack.is_empty()),
+                    }
                     assert_eq!(&again, first, "sample_at({offset}) differs from the walk");
                 }
             }

@@ -306,15 +306,16 @@ impl PerfDataReader {
 
 impl PerfDataReader {
     /// The sample at `offset` in the data section (as [`skim_records`](Self::skim_records) located it), decoded into
-    /// `out` (its buffers reused, see [`SampleFormat::parse_sample_into`]); an error if no sample record is there.
-    pub fn sample_at(&self, offset: u64, out: &mut Sample) -> Result<()> {
+    /// `out` (its buffers reused) but for its user stack copy, which is returned as it lies in the file (see
+    /// [`SampleFormat::parse_sample_but_stack`]); an error if no sample record is there.
+    pub fn sample_at(&self, offset: u64, out: &mut Sample) -> Result<&[u8]> {
         let rec = self.whole_record_at(offset)?;
         if u32::from_ne_bytes(rec[..4].try_into().unwrap()) != RECORD_SAMPLE {
             bail!("no sample at offset {offset} of the data section");
         }
         let misc = u16::from_ne_bytes(rec[4..6].try_into().unwrap());
         let body = &rec[HEADER_SIZE..];
-        self.format_for_sample(body).parse_sample_into(misc, body, out)
+        self.format_for_sample(body).parse_sample_but_stack(misc, body, out)
     }
 
     /// The bytes of the record at `offset` in the data section, header included.

@@ -217,6 +217,17 @@ impl SampleFormat {
     /// [`parse_sample`](Self::parse_sample) into `out`, reusing its buffers: a replay of tens of thousands of
     /// samples with stack copies of several KB each allocates nothing per sample. On an error `out` is unchanged.
     pub fn parse_sample_into(&self, misc: u16, body: &[u8], out: &mut Sample) -> Result<()> {
+        let stack = self.parse_sample_but_stack(misc, body, out)?;
+        if let Some(user) = &mut out.user {
+            user.stack.extend_from_slice(stack);
+        }
+        Ok(())
+    }
+
+    /// [`parse_sample_into`](Self::parse_sample_into) but for the user stack copy, which is returned where it
+    /// lies in `body` (empty without one) and not copied: `out.user.stack` is left empty. A replay reads a few
+    /// words of each copy, which are KBs.
+    pub fn parse_sample_but_stack<'a>(&self, misc: u16, body: &'a [u8], out: &mut Sample) -> Result<&'a [u8]> {
         let f = self.sample_fields(body)?;
         let words = |raw: &[u8], into: &mut Vec<u64>| {
             into.extend(raw.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())));
@@ -226,6 +237,7 @@ impl SampleFormat {
         if let Some(u) = &f.user {
             out.callchain.extend(stashed_user_chain(u.slack));
         }
+        let mut stack: &[u8] = &[];
         match f.user.filter(|u| u.abi != REGS_ABI_NONE) {
             Some(u) => {
                 let user = out.user.get_or_insert_with(UserContext::default);
@@ -233,7 +245,7 @@ impl SampleFormat {
                 user.regs.clear();
                 words(u.regs, &mut user.regs);
                 user.stack.clear();
-                user.stack.extend_from_slice(u.stack);
+                stack = u.stack;
             }
             None => out.user = None,
         }
@@ -241,7 +253,7 @@ impl SampleFormat {
         out.raw.extend_from_slice(f.raw);
         (out.misc, out.id, out.ip, out.pid, out.tid) = (misc, f.id, f.ip, f.pid, f.tid);
         (out.time, out.cpu, out.period) = (f.time, f.cpu, f.period);
-        Ok(())
+        Ok(stack)
     }
 
     /// A sample's fields where they lie in its body, nothing copied: up to the user registers and stack copy
@@ -525,7 +537,16 @@ mod tests {
         for s in [sample(vec![CONTEXT_USER, 0x40_1000], 8), Sample { user: None, ..sample(vec![], 0) }] {
             let bytes = encode(&f, &s);
             f.parse_sample_into(1, &bytes, &mut reused).unwrap();
-            assert_eq!(reused, f.parse_sample(1, &bytes).unwrap());
+            let fresh = f.parse_sample(1, &bytes).unwrap();
+            assert_eq!(reused, fresh);
+            // The same without copying the stack: it is handed back where it lies in the body.
+            let stack = f.parse_sample_but_stack(1, &bytes, &mut reused).unwrap();
+            assert_eq!(stack, fresh.user.as_ref().map_or(&[][..], |u| &u.stack[..]));
+            if let Some(user) = &mut reused.user {
+                assert!(user.stack.is_empty());
+                user.stack = stack.to_vec();
+            }
+            assert_eq!(reused, fresh);
         }
         // A body that does not decode leaves the sample as it was.
         let before = reused.clone();

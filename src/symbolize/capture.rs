@@ -14,6 +14,7 @@
 
 use super::address_space::{FileId, MapKind, Processes};
 use super::jit_files;
+use super::jitdump;
 use super::options::SymbolizeOptions;
 use super::proc_info::ProcessInfo;
 use super::prologues::Prologues;
@@ -303,6 +304,7 @@ impl Capture {
     ) -> Result<CaptureSummary> {
         let started = Instant::now();
         self.poll();
+        self.trim_jitdumps();
         let mut processes = BTreeMap::new();
         let (mut perf_maps, mut jitdumps) = (0, 0);
         for (&pid, t) in &self.targets {
@@ -334,6 +336,28 @@ impl Capture {
             finish_time: started.elapsed(),
             warnings,
         })
+    }
+
+    /// Rewrites each copied jitdump without the code bytes naming does not read (see [`jitdump::trimmed`]): they
+    /// are most of a .NET jitdump, and `postprocess` would read and compress them every time.
+    fn trim_jitdumps(&mut self) {
+        let mut failed = Vec::new();
+        for (&pid, t) in &mut self.targets {
+            let Some(mirror) = &mut t.jitdump else { continue };
+            let name = symbols_dir::jitdump_name(pid);
+            let trimmed = self.dir.read_input(&name, Limit::JIT_FILE).map_err(anyhow::Error::from).and_then(|bytes| {
+                let Some(trimmed) = jitdump::trimmed(&bytes) else { return Ok(()) };
+                mirror.dst.set_len(0)?;
+                mirror.dst.write_all_at(&trimmed, 0)?;
+                Ok(())
+            });
+            if let Err(e) = trimmed {
+                failed.push(format!("cannot rewrite {}: {e:#}", self.dir.shown(&name).display()));
+            }
+        }
+        for msg in failed {
+            self.warn(msg);
+        }
     }
 
     fn warn(&mut self, msg: String) {

@@ -126,7 +126,6 @@ impl KernelSymbols {
     /// Reading a file is many times cheaper than `/proc/kallsyms`, which the kernel formats line by line on every
     /// read. Only a regular file of the current user or root is believed.
     pub fn from_perf_cache(build_id: &[u8]) -> Option<KernelSymbols> {
-        use std::io::Read;
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         const MAX_LEN: u64 = 256 << 20;
         let base = match std::env::var_os("PERF_BUILDID_DIR") {
@@ -135,7 +134,7 @@ impl KernelSymbols {
         };
         let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
         let path = base.join(KERNEL_MODULE).join(hex).join("kallsyms");
-        let file = std::fs::OpenOptions::new()
+        let mut file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(&path)
@@ -145,9 +144,9 @@ impl KernelSymbols {
         if !meta.is_file() || !owner_ok || meta.len() > MAX_LEN {
             return None;
         }
-        let mut text = String::new();
-        file.take(MAX_LEN).read_to_string(&mut text).ok()?;
-        let symbols = Self::parse_owned(text);
+        // Read whole at its known size (not grown by doubling), into memory not zeroed first.
+        let bytes = crate::fs::input::read_all(&mut file, meta.len(), crate::fs::Limit { bytes: MAX_LEN }).ok()?;
+        let symbols = Self::parse_owned(String::from_utf8(bytes).ok()?);
         (!symbols.hidden && !symbols.is_empty()).then_some(symbols)
     }
 }

@@ -48,7 +48,7 @@ pub mod parsers {
     pub use super::debug_search::SearchRoots;
     pub use super::demangle::demangle;
     pub use super::dso::{load as load_dso, DsoSymbols, FileHit};
-    pub use super::jitdump::{JitCode, JitDump};
+    pub use super::jitdump::{trimmed as trimmed_jitdump, JitCode, JitDump};
     pub use super::kallsyms::{KernelSymbol, KernelSymbols};
     pub use super::perf_map::PerfMap;
     pub use super::proc_info::ProcessInfo;

@@ -234,7 +234,7 @@ impl Symbolizer {
 
     pub(crate) fn take_usage(&mut self) -> Option<Usage> {
         let mut usage = self.usage.take()?;
-        usage.cfi = self.cfi.live_loaded();
+        usage.cfi = self.cfi.live_loaded().into_iter().map(|(file, cfi)| (file, self.walker.as_used(&cfi))).collect();
         Some(usage)
     }
 
@@ -336,12 +336,12 @@ impl Symbolizer {
             }
             match replay & (REPLAY_RECORD | REPLAY_SWITCH) {
                 0 => {
-                    if reader.sample_at(replay, &mut sample).is_err() {
+                    let Ok(stack) = reader.sample_at(replay, &mut sample) else {
                         // Located by the first pass, but its body does not decode.
                         read.records -= 1;
                         read.undecodable += 1;
                         continue;
-                    }
+                    };
                     let s = &mut sample;
                     let event = reader.sample_formats().event_index(s.id);
                     let mut off_cpu = None;
@@ -352,7 +352,7 @@ impl Symbolizer {
                         s.period = interval.end.saturating_sub(s.time);
                         self.stats.switch_outs += 1;
                     }
-                    f(self.resolve(s, event_names[event].clone(), off_cpu))?;
+                    f(self.resolve(s, stack, event_names[event].clone(), off_cpu))?;
                 }
                 REPLAY_RECORD => self.observe(&records[(replay & !REPLAY_RECORD) as usize]),
                 _ => {}
@@ -405,9 +405,9 @@ impl Symbolizer {
         }
     }
 
-    /// The sample's callchain with its user part walked from the stack copy the sample carries (into
+    /// The sample's callchain with its user part walked from the stack copy the sample carries, `stack` (into
     /// `self.unwound`); false when it carries none (or copies are ignored), and the kernel's callchain stands.
-    fn unwind(&mut self, s: &Sample) -> bool {
+    fn unwind(&mut self, s: &Sample, stack: &[u8]) -> bool {
         if self.ignore_stack_copies {
             return false;
         }
@@ -419,7 +419,7 @@ impl Symbolizer {
         let space = (process.space.id, process.space.generation);
         let mut modules =
             Modules { pid: s.pid, processes: &self.processes, sources: &mut self.sources, cfi: &mut self.cfi };
-        let walk = self.walker.walk(space, &mut modules, UserRegs { ip, sp, bp }, &user.stack, &s.callchain);
+        let walk = self.walker.walk(space, &mut modules, UserRegs { ip, sp, bp }, stack, &s.callchain);
         self.stats.unwind.count(walk.end);
         let kernel_part = s.callchain.iter().position(|&a| a == CONTEXT_USER).unwrap_or(s.callchain.len());
         self.unwound.clear();
@@ -434,14 +434,14 @@ impl Symbolizer {
 
     /// Names one sample's frames, leaf first, context markers removed; a runnable switch-out's stack ends in a
     /// `[runnable]` frame.
-    fn resolve(&mut self, s: &Sample, event: Arc<str>, off_cpu: Option<OffCpuState>) -> ResolvedSample {
+    fn resolve(&mut self, s: &Sample, stack: &[u8], event: Arc<str>, off_cpu: Option<OffCpuState>) -> ResolvedSample {
         let comm = self.processes.comm(s.pid, s.tid);
         let space = match self.processes.get(s.pid) {
             Some(p) => (p.space.id, p.space.generation),
             None => (u64::MAX - s.pid as u64, 0),
         };
         // Unwinding first: the walked chain, not the recorded one, tells which stack this is.
-        let unwound = self.unwind(s);
+        let unwound = self.unwind(s, stack);
         let chain = std::mem::take(&mut self.unwound);
         let callchain = if unwound { &chain[..] } else { &s.callchain[..] };
         let key = &mut self.stack_key;

@@ -6,14 +6,14 @@
 //! |-------------------|-----------------------------------------------------------------------------------|
 //! | `processes.txt`   | `HOSTPID NSPID UID` per captured process                                          |
 //! | `perf-HOSTPID.map`| byte copy of the process's perf map (`/tmp/perf-NSPID.map` in its namespace)      |
-//! | `jit-HOSTPID.dump`| byte copy of the jitdump the process mapped                                       |
+//! | `jit-HOSTPID.dump`| the jitdump the process mapped, each CODE_LOAD's code cut after its first 32 bytes (the prologue; `code_size` still gives the range) and debug/unwinding-info records left out (see `jitdump::trimmed`) |
 //! | `jitframes-HOSTPID.txt` | per JIT method of the process that frame pointers do not unwind, read from its prologue while the process lived: `START SIZE sp CFA [RBPSLOT]` (no frame pointer: the caller's stack pointer is CFA bytes above the stack pointer; rbp saved RBPSLOT bytes below that, if the method pushed it) or `START SIZE bp CFA RBPSLOT` (rbp set up CFA bytes below the caller's stack pointer, not where it saved the caller's rbp); hex, see `unwind::JitFrame` |
 //! | `dsos.txt`        | `SYMFILE MAJ:MIN:INO BUILDID PATH` per mapped file with samples; `SYMFILE` is `-` for a file without symbols (neither ELF nor ReadyToRun, unreadable), `BUILDID` is hex or `-`, `PATH` (as the target saw it) runs to the end of the line with `%`, CR and LF percent-escaped |
 //! | `dso-N.syms`      | `OFFSET SIZE NAME` per symbol (hex; OFFSET is a *file offset*, so no load address is needed), names demangled; `OFFSET SIZE` alone is a function without a name (from `.eh_frame`), shown as one frame; when there are such, `# load OFFSET VADDR FILESZ` lines give the file's PT_LOAD segments, so a debug file fetched later (`postprocess -symbol-server`) can name them |
 //! | `r2r-N.syms`      | the same for a ReadyToRun image: `.NET` method names as the runtime spells them, `OFFSET SIZE` alone for an unnamed code block; its frames are managed code |
 //! | `kernel.syms`     | `START SIZE MODULE NAME` per kernel symbol; a line `# hidden` when kallsyms was hidden |
 //! | `unwind.txt`      | `CFIFILE MAJ:MIN:INO BUILDID PATH` (as `dsos.txt`) per mapped file that stack copies were unwound through |
-//! | `unwind-N.cfi`    | its unwind info: text header lines (`load`, `text`, `got`, `section NAME SVMA SIZE`), a `data` line, then the bytes of its `.eh_frame_hdr`, `.eh_frame` and/or `.debug_frame` (see `unwind::ModuleCfi::encode`) |
+//! | `unwind-N.cfi`    | its unwind info: text header lines (`load`, `text`, `got`, `section NAME SVMA SIZE`), a `data` line, then the bytes of its `.eh_frame_hdr`, `.eh_frame` and/or `.debug_frame` (see `unwind::ModuleCfi::encode`); where the walks looked rows up through `.eh_frame_hdr`, only the entries they used are there (the rest of `.eh_frame` zeroed, the header's table cut to them: `unwind::ModuleCfi::keeping`) |
 //!
 //! Only the symbols that samples hit are saved: exact for this recording and tiny (a few KB instead of a
 //! libcoreclr symbol table of megabytes).

@@ -228,6 +228,31 @@ impl ModuleCfi {
             .set_got(self.got.as_ref().map_or(0, |r| r.start))
     }
 
+    /// This info with `.eh_frame` zeroed but for the byte ranges `kept` (entries found through the header, see
+    /// [`FileRows::used_entries`](super::vet::FileRows::used_entries)), and the header's search table cut to the
+    /// entries of the FDEs kept. Every entry stays at its offset, so the header and the entries' relative pointers
+    /// still lead to them, and the zeros cost next to nothing compressed; a lookup through the shorter table finds
+    /// what it found before for every address whose FDE was kept (the table's last start at or below it is still
+    /// there, and no larger one was added).
+    pub(super) fn keeping(&self, kept: &[Range<usize>]) -> ModuleCfi {
+        let mut cfi = self.clone();
+        let Some(eh) = &mut cfi.eh_frame else { return cfi };
+        let mut data = vec![0; eh.data.len()];
+        for r in kept {
+            if let Some(bytes) = eh.data.get(r.clone()) {
+                data[r.clone()].copy_from_slice(bytes);
+            }
+        }
+        eh.data = Arc::from(data);
+        if let Some(hdr) = &mut cfi.eh_frame_hdr {
+            let starts: Vec<usize> = kept.iter().map(|r| r.start).collect();
+            if let Some(table) = hdr_keeping(&hdr.data, hdr.svma, eh.svma, &starts) {
+                hdr.data = Arc::from(table);
+            }
+        }
+        cfi
+    }
+
     /// Sections as framehop takes them.
     pub(super) fn section_info(&self) -> framehop::ExplicitModuleSectionInfo<Arc<[u8]>> {
         framehop::ExplicitModuleSectionInfo {
@@ -242,6 +267,32 @@ impl ModuleCfi {
             ..Default::default()
         }
     }
+}
+
+/// `.eh_frame_hdr` (at `hdr_svma`) with only the search-table entries whose FDE starts at one of the `.eh_frame`
+/// offsets `fde_starts` (sorted); `None` unless the header has the layout every linker writes (version 1, a
+/// pc-relative `.eh_frame` pointer, a 4-byte count, 4-byte entries relative to the header), which is kept whole.
+fn hdr_keeping(hdr: &[u8], hdr_svma: u64, eh_frame_svma: u64, fde_starts: &[usize]) -> Option<Vec<u8>> {
+    const PCREL_SDATA4: u8 = 0x1b;
+    const UDATA4: u8 = 0x03;
+    const DATAREL_SDATA4: u8 = 0x3b;
+    if hdr.get(..4)? != [1, PCREL_SDATA4, UDATA4, DATAREL_SDATA4] {
+        return None;
+    }
+    let count = u32::from_le_bytes(hdr.get(8..12)?.try_into().ok()?) as usize;
+    let entries = hdr.get(12..12 + count.checked_mul(8)?)?;
+    let mut out = hdr[..12].to_vec();
+    let mut kept = 0u32;
+    for entry in entries.chunks_exact(8) {
+        let fde = i64::from(i32::from_le_bytes(entry[4..].try_into().unwrap()));
+        let offset = (hdr_svma as i64).wrapping_add(fde).wrapping_sub(eh_frame_svma as i64);
+        if usize::try_from(offset).is_ok_and(|o| fde_starts.binary_search(&o).is_ok()) {
+            out.extend_from_slice(entry);
+            kept += 1;
+        }
+    }
+    out[8..12].copy_from_slice(&kept.to_le_bytes());
+    Some(out)
 }
 
 #[cfg(test)]

@@ -12,7 +12,8 @@
 use super::cfi::ModuleCfi;
 use super::check::branches_backwards;
 use super::uncached::{cacheable, uncached_rows};
-use gimli::{CfaRule, EhFrame, EhFrameHdr, EhFrameOffset, EndianSlice, LittleEndian, Pointer};
+use gimli::{BaseAddresses, CfaRule, EhFrame, EhFrameHdr, EhFrameOffset, EndianSlice, FrameDescriptionEntry};
+use gimli::{LittleEndian, Pointer};
 use gimli::{RegisterRule, UnwindContext, UnwindSection, UnwindTableRow};
 use rustc_hash::FxHashMap;
 use std::ops::Range;
@@ -74,24 +75,44 @@ impl FileRows {
             }
         }
     }
+
+    /// The byte ranges of `.eh_frame` that the addresses vetted so far were unwound with (each one's FDE and the
+    /// CIE it points to), sorted; `None` where rows are not looked up one by one (the whole section is used). What
+    /// a capture must save of the section for the same samples to unwind the same way from it.
+    pub fn used_entries(&self) -> Option<Vec<Range<usize>>> {
+        let Rows::ByHeader(verdicts) = &self.rows else { return None };
+        let (Some(section), Some(eh)) = (eh_frame(&self.cfi), &self.cfi.eh_frame) else { return Some(Vec::new()) };
+        let bases = self.cfi.bases();
+        let data = &eh.data[..];
+        let entry = |offset: usize| {
+            // The length field (4 bytes, or 12 for the 64-bit form) and the entry it measures.
+            let at = |o: usize| data.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+            let (field, len) = match at(offset)? {
+                u32::MAX => (12, usize::try_from(u64::from(at(offset + 4)?) | u64::from(at(offset + 8)?) << 32).ok()?),
+                len => (4, len as usize),
+            };
+            Some(offset..offset.checked_add(field)?.checked_add(len)?.min(data.len()))
+        };
+        let mut used: Vec<Range<usize>> = verdicts
+            .keys()
+            .filter_map(|&svma| fde_by_header(&self.cfi, &section, &bases, u64::from(svma)).ok())
+            .flat_map(|fde| [entry(fde.offset()), entry(fde.cie().offset())])
+            .flatten()
+            .collect();
+        used.sort_by_key(|r| (r.start, r.end));
+        used.dedup();
+        Some(used)
+    }
 }
 
 /// The row framehop finds for `svma` through the header, vetted. Where that lookup fails, framehop's fails the same
 /// way every time (no register plays a part in it) and it caches its fallback rule: [`Vetted::Cached`].
 fn by_header(cfi: &ModuleCfi, svma: u64, context: &mut UnwindContext<usize>) -> Vetted {
-    let (Some(hdr), Some(eh_frame)) = (&cfi.eh_frame_hdr, &cfi.eh_frame) else { return Vetted::Cached };
+    let Some(section) = eh_frame(cfi) else { return Vetted::Cached };
     let bases = cfi.bases();
-    let mut section = EhFrame::new(&eh_frame.data, LittleEndian);
-    section.set_address_size(8);
-    let Ok(parsed) = EhFrameHdr::new(&hdr.data, LittleEndian).parse(&bases, 8) else { return Vetted::Cached };
-    let Some(table) = parsed.table() else { return Vetted::Cached };
-    let Ok(pointer) = table.lookup(svma, &bases) else { return Vetted::Cached };
-    // gimli's `pointer_to_offset`, with the subtraction checked.
-    let (Pointer::Direct(at), Pointer::Direct(start)) = (pointer, parsed.eh_frame_ptr()) else { return Vetted::Cached };
-    let Some(offset) = at.checked_sub(start) else { return Vetted::Refused };
-    let Ok(offset) = usize::try_from(offset) else { return Vetted::Cached };
-    let Ok(fde) = section.fde_from_offset(&bases, EhFrameOffset(offset), EhFrame::cie_from_offset) else {
-        return Vetted::Cached;
+    let fde = match fde_by_header(cfi, &section, &bases, svma) {
+        Ok(fde) => fde,
+        Err(verdict) => return verdict,
     };
     let Ok(row) = fde.unwind_info_for_address(&section, &bases, context, svma) else { return Vetted::Cached };
     if could_loop(&section, row) {
@@ -101,6 +122,32 @@ fn by_header(cfi: &ModuleCfi, svma: u64, context: &mut UnwindContext<usize>) -> 
     } else {
         Vetted::Fresh
     }
+}
+
+fn eh_frame(cfi: &ModuleCfi) -> Option<EhFrame<Slice<'_>>> {
+    let mut section = EhFrame::new(&cfi.eh_frame.as_ref()?.data, LittleEndian);
+    section.set_address_size(8);
+    Some(section)
+}
+
+/// The FDE framehop finds for `svma` through the header; where the lookup ends before one, the verdict for it.
+fn fde_by_header<'a>(
+    cfi: &'a ModuleCfi,
+    section: &EhFrame<Slice<'a>>,
+    bases: &BaseAddresses,
+    svma: u64,
+) -> Result<FrameDescriptionEntry<Slice<'a>>, Vetted> {
+    let Some(hdr) = &cfi.eh_frame_hdr else { return Err(Vetted::Cached) };
+    let Ok(parsed) = EhFrameHdr::new(&hdr.data, LittleEndian).parse(bases, 8) else { return Err(Vetted::Cached) };
+    let Some(table) = parsed.table() else { return Err(Vetted::Cached) };
+    let Ok(pointer) = table.lookup(svma, bases) else { return Err(Vetted::Cached) };
+    // gimli's `pointer_to_offset`, with the subtraction checked.
+    let (Pointer::Direct(at), Pointer::Direct(start)) = (pointer, parsed.eh_frame_ptr()) else {
+        return Err(Vetted::Cached);
+    };
+    let Some(offset) = at.checked_sub(start) else { return Err(Vetted::Refused) };
+    let Ok(offset) = usize::try_from(offset) else { return Err(Vetted::Cached) };
+    section.fde_from_offset(bases, EhFrameOffset(offset), EhFrame::cie_from_offset).map_err(|_| Vetted::Cached)
 }
 
 /// Whether evaluating `row` could run one of its expressions forever.
@@ -148,6 +195,46 @@ mod tests {
             }
             assert!(path.contains("self") || fresh > 0, "{path}: no uncacheable row vetted");
         }
+    }
+
+    /// What a capture keeps of a section (the entries the vetted addresses were unwound with, the rest zeroed)
+    /// gives those addresses the same FDE and the same row, and is mostly zeros.
+    #[test]
+    fn the_entries_kept_unwind_the_vetted_addresses_alike() {
+        let cfi = Arc::new(
+            ModuleCfi::read(&std::fs::File::open("/usr/lib/x86_64-linux-gnu/libc.so.6").unwrap(), None)
+                .unwrap()
+                .unwrap(),
+        );
+        let text = cfi.text.clone().unwrap();
+        let mut rows = FileRows::new(cfi.clone());
+        let mut context = UnwindContext::new();
+        let vetted: Vec<u32> = (text.start..text.end).step_by(4093).map(|a| u32::try_from(a).unwrap()).collect();
+        for &svma in &vetted {
+            rows.vet(svma, &mut context);
+        }
+        let kept = cfi.keeping(&rows.used_entries().unwrap());
+        let eh = |c: &ModuleCfi| c.eh_frame.as_ref().unwrap().data.clone();
+        let nonzero = eh(&kept).iter().filter(|&&b| b != 0).count();
+        assert!(nonzero < eh(&cfi).len() / 2, "{nonzero} of {} bytes kept", eh(&cfi).len());
+        let hdr_len = |c: &ModuleCfi| c.eh_frame_hdr.as_ref().unwrap().data.len();
+        assert!(hdr_len(&kept) < hdr_len(&cfi) / 2, "search table of {} bytes kept whole", hdr_len(&cfi));
+        let (sections, bases) = ((super::eh_frame(&cfi).unwrap(), super::eh_frame(&kept).unwrap()), cfi.bases());
+        let mut found = 0;
+        for &svma in &vetted {
+            let svma = u64::from(svma);
+            let before = fde_by_header(&cfi, &sections.0, &bases, svma);
+            let after = fde_by_header(&kept, &sections.1, &bases, svma);
+            assert_eq!(before.as_ref().map(|f| f.offset()).ok(), after.as_ref().map(|f| f.offset()).ok());
+            let (Ok(before), Ok(after)) = (before, after) else { continue };
+            let mut other = UnwindContext::new();
+            let row = |fde: &FrameDescriptionEntry<Slice<'_>>, section, context| {
+                fde.unwind_info_for_address(section, &bases, context, svma).map(|r| format!("{r:?}")).ok()
+            };
+            assert_eq!(row(&before, &sections.0, &mut context), row(&after, &sections.1, &mut other), "{svma:#x}");
+            found += 1;
+        }
+        assert!(found > vetted.len() / 2, "only {found} of {} addresses have an FDE", vetted.len());
     }
 
     /// A table pointer before `.eh_frame` (found by fuzzing: gimli's subtraction wraps, or panics with overflow

@@ -120,6 +120,17 @@ pub struct StackWalker {
 type Files = FxHashMap<usize, FileRows>;
 
 impl StackWalker {
+    /// `cfi` as a capture saves it: only the parts of `.eh_frame` the walks so far unwound with (the rest zeroed,
+    /// see [`ModuleCfi::keeping`]), when they were looked up through its header; else all of it. Replaying the
+    /// same samples from the saved copy walks the same way.
+    pub fn as_used(&self, cfi: &Arc<ModuleCfi>) -> Arc<ModuleCfi> {
+        let used = self.files.get(&(Arc::as_ptr(cfi) as usize)).and_then(|rows| rows.used_entries());
+        match used {
+            Some(kept) => Arc::new(cfi.keeping(&kept)),
+            None => cfi.clone(),
+        }
+    }
+
     /// Walks the user stack of a sample of address space `space` (`(id, generation)`: a new generation means the
     /// mappings changed, and the space's modules are looked up again). `stack` is the copy of the stack from
     /// `regs.sp` up; `callchain` the kernel's callchain of the sample (its user part, after `PERF_CONTEXT_USER`,
