@@ -271,7 +271,8 @@ impl ModuleCfi {
 
 /// `.eh_frame_hdr` (at `hdr_svma`) with only the search-table entries whose FDE starts at one of the `.eh_frame`
 /// offsets `fde_starts` (sorted); `None` unless the header has the layout every linker writes (version 1, a
-/// pc-relative `.eh_frame` pointer, a 4-byte count, 4-byte entries relative to the header), which is kept whole.
+/// pc-relative `.eh_frame` pointer, a 4-byte count, 4-byte entries relative to the header) with its table sorted, as
+/// a binary search needs (a planted file's need not be: searching fewer entries could then find another FDE).
 fn hdr_keeping(hdr: &[u8], hdr_svma: u64, eh_frame_svma: u64, fde_starts: &[usize]) -> Option<Vec<u8>> {
     const PCREL_SDATA4: u8 = 0x1b;
     const UDATA4: u8 = 0x03;
@@ -281,6 +282,10 @@ fn hdr_keeping(hdr: &[u8], hdr_svma: u64, eh_frame_svma: u64, fde_starts: &[usiz
     }
     let count = u32::from_le_bytes(hdr.get(8..12)?.try_into().ok()?) as usize;
     let entries = hdr.get(12..12 + count.checked_mul(8)?)?;
+    let start = |entry: &[u8]| i32::from_le_bytes(entry[..4].try_into().unwrap());
+    if !entries.chunks_exact(8).zip(entries.chunks_exact(8).skip(1)).all(|(a, b)| start(a) <= start(b)) {
+        return None;
+    }
     let mut out = hdr[..12].to_vec();
     let mut kept = 0u32;
     for entry in entries.chunks_exact(8) {
@@ -313,6 +318,29 @@ mod tests {
                 panic!("a file cut at {cut} decoded: {back:?}");
             }
         }
+    }
+
+    /// The search table is cut to the kept FDEs only when it is sorted; a header of another layout stays whole.
+    #[test]
+    fn only_a_sorted_search_table_is_cut() {
+        // Version 1, the usual encodings, `.eh_frame` pointer, 3 entries (start, FDE), relative to the header at
+        // 0x1000; `.eh_frame` at 0x2000, so FDE pointer 0x1000 + x is offset x there.
+        let table = |starts: [i32; 3]| {
+            let mut hdr = vec![1, 0x1b, 0x03, 0x3b, 0, 0, 0, 0, 3, 0, 0, 0];
+            for (start, fde) in starts.into_iter().zip([0x1000i32, 0x1020, 0x1040]) {
+                hdr.extend_from_slice(&start.to_le_bytes());
+                hdr.extend_from_slice(&fde.to_le_bytes());
+            }
+            hdr
+        };
+        let cut = hdr_keeping(&table([0x10, 0x20, 0x30]), 0x1000, 0x2000, &[0x20]).unwrap();
+        assert_eq!(cut.len(), 12 + 8);
+        assert_eq!(&cut[8..12], &1u32.to_le_bytes());
+        assert_eq!(&cut[12..], &table([0x10, 0x20, 0x30])[20..28]);
+        assert_eq!(hdr_keeping(&table([0x10, 0x30, 0x20]), 0x1000, 0x2000, &[0x20]), None);
+        let mut other = table([0x10, 0x20, 0x30]);
+        other[3] = 0x1b;
+        assert_eq!(hdr_keeping(&other, 0x1000, 0x2000, &[0x20]), None);
     }
 
     #[test]
