@@ -149,11 +149,11 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             );
             Ok(segment)
         })?;
-        let naming_segments = spawn_named(scope, "archive-naming", || -> Result<Vec<Segment>> {
+        let naming_segment = spawn_named(scope, "archive-naming", || -> Result<Segment> {
             let started = Instant::now();
-            let segments = naming_segments(dir)?;
+            let segment = naming_segment(dir)?;
             tracing::debug!("naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
-            Ok(segments)
+            Ok(segment)
         })?;
         // The perf_script.out of an earlier run is deleted as soon as this run has samples to show (not before: a
         // `-pid` that selects nothing keeps it), so that its deletion, the slowest file operation of a run (the
@@ -213,9 +213,10 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         let (archive, script_len) = compressed?;
         written?;
         let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
-        let mut inputs_segments =
-            vec![perf_data_segment.join().map_err(|_| anyhow!("compressing perf.data panicked"))??];
-        inputs_segments.extend(naming_segments.join().map_err(|_| anyhow!("compressing the naming files panicked"))??);
+        let inputs_segments = [
+            perf_data_segment.join().map_err(|_| anyhow!("compressing perf.data panicked"))??,
+            naming_segment.join().map_err(|_| anyhow!("compressing the naming files panicked"))??,
+        ];
         Ok((streamed?, stats, archive, script_len, inputs_segments))
     })?;
     let Profile { folded, threads, facts, shown } = streamed;
@@ -359,10 +360,9 @@ fn svg(folded: &Folded, opts: &FlameOptions) -> Result<Vec<u8>> {
     Ok(out)
 }
 
-/// The archive segments of what names the frames: `symbols/`, or the perf maps and jitdumps beside a `perf record`
-/// perf.data. Two, of about equal size, compressed on two threads: a .NET capture's few MB (a jitdump with its code
-/// bytes, libcoreclr's unwind info) take longer to compress than everything else a short recording needs.
-fn naming_segments(dir: &Dir) -> Result<Vec<Segment>> {
+/// The archive segment of what names the frames: `symbols/`, or the perf maps and jitdumps beside a `perf record`
+/// perf.data.
+fn naming_segment(dir: &Dir) -> Result<Segment> {
     let mut naming_files = Vec::new();
     if dir.kind(report::SYMBOLS_DIR) == Some(Kind::Dir) {
         let symbols = dir
@@ -383,23 +383,7 @@ fn naming_segments(dir: &Dir) -> Result<Vec<Segment>> {
             (Naming::File(..), None) => continue,
         });
     }
-    let size = |e: &tarball::Entry| match e {
-        tarball::Entry::Dir(..) => 0,
-        tarball::Entry::File(_, bytes, _) => bytes.len(),
-    };
-    let total: usize = entries.iter().map(size).sum();
-    let mut first_half = 0;
-    let split = entries.iter().position(|e| {
-        first_half += size(e);
-        first_half >= total / 2
-    });
-    let (first, second) = entries.split_at(split.map_or(entries.len(), |at| at + 1));
-    std::thread::scope(|scope| {
-        let first = spawn_named(scope, "archive-naming2", || Segment::of_entries(Compression::fast(), first, false))?;
-        let second = Segment::of_entries(Compression::fast(), second, false)?;
-        let first = first.join().map_err(|_| anyhow!("compressing the naming files panicked"))??;
-        Ok(vec![first, second])
-    })
+    Segment::of_entries(Compression::fast(), &entries, false)
 }
 
 /// A file or folder of what names the frames (`symbols/`, or perf maps beside a `perf record` perf.data).

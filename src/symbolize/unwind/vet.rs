@@ -84,20 +84,15 @@ impl FileRows {
         let (Some(section), Some(eh)) = (eh_frame(&self.cfi), &self.cfi.eh_frame) else { return Some(Vec::new()) };
         let bases = self.cfi.bases();
         let data = &eh.data[..];
-        let entry = |offset: usize| {
-            // The length field (4 bytes, or 12 for the 64-bit form) and the entry it measures.
-            let at = |o: usize| data.get(o..o + 4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-            let (field, len) = match at(offset)? {
-                u32::MAX => (12, usize::try_from(u64::from(at(offset + 4)?) | u64::from(at(offset + 8)?) << 32).ok()?),
-                len => (4, len as usize),
-            };
-            Some(offset..offset.checked_add(field)?.checked_add(len)?.min(data.len()))
+        // An entry and its length field: 4 bytes, or 12 in the 64-bit form.
+        let entry = |offset: usize, len: usize| {
+            let field = if data.get(offset..offset + 4) == Some(&[0xff; 4]) { 12 } else { 4 };
+            offset..offset.saturating_add(field).saturating_add(len).min(data.len())
         };
         let mut used: Vec<Range<usize>> = verdicts
             .keys()
             .filter_map(|&svma| fde_by_header(&self.cfi, &section, &bases, u64::from(svma)).ok())
-            .flat_map(|fde| [entry(fde.offset()), entry(fde.cie().offset())])
-            .flatten()
+            .flat_map(|fde| [entry(fde.offset(), fde.entry_len()), entry(fde.cie().offset(), fde.cie().entry_len())])
             .collect();
         used.sort_by_key(|r| (r.start, r.end));
         used.dedup();

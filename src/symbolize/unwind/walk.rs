@@ -9,9 +9,9 @@
 //! Each address space keeps framehop's rule cache for all its samples; frames at addresses whose CFI framehop cannot
 //! cache as a rule are unwound with a fresh cache instead (see [`uncached`](super::uncached) for why), so a stack's
 //! frames never depend on which samples were walked before it. Every row framehop is about to use is vetted first
-//! ([`vet`](super::vet)): one whose expressions could loop ends the walk. A cache per space rather than one for all: framehop
-//! keys cached rules by a global 16-bit count of module changes, which wraps, and a shared cache could then give one
-//! space a rule another cached for the same address; no rule is ever shared between spaces otherwise.
+//! ([`vet`](super::vet)): one whose expressions could loop ends the walk. A cache per space rather than one for all:
+//! framehop keys cached rules by a global 16-bit count of module changes, which wraps, and a shared cache could then
+//! give one space a rule another cached for the same address; no rule is ever shared between spaces otherwise.
 //!
 //! Every input is untrusted (the stack bytes and the CFI come from the target): the walk is bounded by a frame
 //! limit, and the stack pointer must rise with every frame, so loops and wild CFA offsets end it.
