@@ -249,11 +249,22 @@ pub fn read_setting(path: &str) -> io::Result<String> {
 
 /// Context switches on the whole machine since boot (the `ctxt` line of `/proc/stat`).
 pub fn system_context_switches() -> io::Result<u64> {
+    system_stat("ctxt")
+}
+
+/// When a process whose `stat` start time is `start_ticks` started, in seconds since the epoch (to the second:
+/// boot time is known to the second, `btime` in /proc/stat).
+pub fn started_at(start_ticks: u64) -> io::Result<u64> {
+    Ok(system_stat("btime")? + ticks_to_duration(start_ticks).as_secs())
+}
+
+/// The value of /proc/stat's line `key VALUE`.
+fn system_stat(key: &str) -> io::Result<u64> {
     let mut text = String::new();
     File::open("/proc/stat")?.take(MAX_STATUS * 16).read_to_string(&mut text)?;
     text.lines()
-        .find_map(|l| l.strip_prefix("ctxt ")?.trim().parse().ok())
-        .ok_or_else(|| io::Error::other("no ctxt line in /proc/stat"))
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
+        .ok_or_else(|| io::Error::other(format!("no {key} line in /proc/stat")))
 }
 
 fn context_switches_of(status: &str) -> u64 {

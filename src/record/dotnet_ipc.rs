@@ -304,16 +304,16 @@ impl DotnetRuntime {
             .unwrap_or_else(|| "/tmp".to_string());
 
         let is_dotnet = coreclr.is_some() || clr_setting(&environment, "PerfMapEnabled").is_some();
+        let disabled = ["DOTNET_EnableDiagnostics", "COMPlus_EnableDiagnostics", "DOTNET_EnableDiagnostics_IPC"]
+            .into_iter()
+            .find_map(|name| setting(name).filter(|v| parse_clr_dword(v) == Some(0)).map(|v| format!("{name}={v}")));
+        // Only a .NET process with its diagnostics on can have made a socket under another key than its start time.
+        let other_keys = is_dotnet && disabled.is_none();
         let socket_names = match root.open_dir(Path::new(&socket_dir)) {
-            Ok(dir) => socket_candidates(dir, nspid, start_time, is_dotnet),
+            Ok(dir) => socket_candidates(dir, nspid, start_time, other_keys),
             Err(_) => Vec::new(),
         };
         if socket_names.is_empty() {
-            let disabled = ["DOTNET_EnableDiagnostics", "COMPlus_EnableDiagnostics", "DOTNET_EnableDiagnostics_IPC"]
-                .into_iter()
-                .find_map(|name| {
-                    setting(name).filter(|v| parse_clr_dword(v) == Some(0)).map(|v| format!("{name}={v}"))
-                });
             return Ok(match (disabled, is_dotnet) {
                 (Some(setting), _) => Lookup::DiagnosticsDisabled { host_pid, setting },
                 (None, true) => Lookup::NoSocket { host_pid, dir: socket_dir },
@@ -368,7 +368,8 @@ impl DotnetRuntime {
 
     /// Whether the target writes perf maps without us: its environment sets `DOTNET_PerfMapEnabled` (or
     /// `COMPlus_PerfMapEnabled`) non-zero, or `perf-<nspid>.map` / `jit-<nspid>.dump` already exists in its perf
-    /// map directory (left by an earlier run or switched on by another tool). When this says yes, enabling adds
+    /// map directory, written since it started (left by an earlier run or switched on by another tool; an older one
+    /// is a dead process's that had the same PID). When this says yes, enabling adds
     /// nothing and disabling would take the app's own perf maps away: leave the runtime alone.
     pub fn perf_maps_already_on(&self) -> io::Result<Option<AlreadyOn>> {
         if let Some((name, value)) = clr_setting(&self.environment, "PerfMapEnabled") {
@@ -381,8 +382,13 @@ impl DotnetRuntime {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
+        // A file last written before the process started is a dead process's that had the same PID (killed
+        // runtimes leave theirs in /tmp): it says nothing about this one. Two seconds of slack for the clocks' grain.
+        let started = crate::procfs::started_at(self.start_time).ok();
+        let is_its_own =
+            |st: &nix::sys::stat::FileStat| started.map_or(true, |s| st.st_mtime.saturating_add(2) >= s as i64);
         for name in [format!("perf-{}.map", self.nspid), format!("jit-{}.dump", self.nspid)] {
-            if stat_nofollow(dir.as_fd(), &name)?.is_some() {
+            if stat_nofollow(dir.as_fd(), &name)?.as_ref().is_some_and(is_its_own) {
                 return Ok(Some(AlreadyOn::FileExists(join_target_path(&self.perf_map_dir, &name))));
             }
         }
@@ -691,8 +697,8 @@ fn connect_one(
 /// The socket names for `nspid` in `dir`: `dotnet-diagnostic-<nspid>-<key>-socket`, the one whose key equals the
 /// target's start time first, then by key, newest first. Sockets with other keys can be a dead runtime's that had the
 /// same PID (a killed runtime leaves its socket behind): without one under its own key, a process counts as having
-/// none unless it `looks_dotnet`.
-fn socket_candidates(dir: OwnedFd, nspid: u32, start_time: u64, looks_dotnet: bool) -> Vec<String> {
+/// none unless `other_keys` (it could have made one: a .NET process with its diagnostics on).
+fn socket_candidates(dir: OwnedFd, nspid: u32, start_time: u64, other_keys: bool) -> Vec<String> {
     let prefix = format!("dotnet-diagnostic-{nspid}-");
     let Ok(listing) = nix::dir::Dir::from_fd(dir) else { return Vec::new() };
     let mut found: Vec<(u64, String)> = Vec::new();
@@ -706,7 +712,7 @@ fn socket_candidates(dir: OwnedFd, nspid: u32, start_time: u64, looks_dotnet: bo
         }
     }
     found.sort_by_key(|(key, _)| (*key != start_time, std::cmp::Reverse(*key)));
-    if !looks_dotnet && found.first().is_some_and(|(key, _)| *key != start_time) {
+    if !other_keys && found.first().is_some_and(|(key, _)| *key != start_time) {
         return Vec::new();
     }
     found.into_iter().take(MAX_CANDIDATES).map(|(_, name)| name).collect()
@@ -793,6 +799,67 @@ mod tests {
         assert_eq!(version_of(path).as_deref(), Some("8.0.4"));
         assert_eq!(version_of(Path::new("/app/libcoreclr.so")), None);
         assert_eq!(mapped_coreclr(&Process::open(std::process::id()).unwrap()), None);
+    }
+
+    /// `sleep 30` with runtime settings `env`, once /proc shows them (until its exec is done, /proc shows this
+    /// test's environment, then for a moment none).
+    fn sleeper(env: &[(&str, &str)]) -> std::process::Child {
+        let child = std::process::Command::new("sleep").arg("30").envs(env.iter().copied()).spawn().unwrap();
+        let process = Process::open(child.id()).unwrap();
+        let waited = std::time::Instant::now();
+        let shows_env = || {
+            let shown = process.environ(is_runtime_setting).unwrap_or_default();
+            env.iter().all(|(key, _)| shown.iter().any(|(k, _)| k == key))
+        };
+        while !shows_env() {
+            assert!(waited.elapsed() < std::time::Duration::from_secs(5), "sleep never showed its environment");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        child
+    }
+
+    /// A .NET process started with its diagnostics off is told so, also when a dead runtime that had its PID left
+    /// a socket behind (found flaky in CI: /tmp held hundreds of killed test runtimes' sockets, PIDs up to 32768).
+    #[test]
+    fn a_stale_socket_does_not_hide_disabled_diagnostics() {
+        let mut child = sleeper(&[("DOTNET_PerfMapEnabled", "0"), ("DOTNET_EnableDiagnostics", "0")]);
+        let pid = child.id();
+        // A stale name from a runtime of long ago.
+        let stale = std::path::PathBuf::from(format!("/tmp/dotnet-diagnostic-{pid}-1-socket"));
+        std::fs::write(&stale, b"").unwrap();
+        let lookup = DotnetRuntime::find(pid);
+        std::fs::remove_file(&stale).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        match lookup.unwrap() {
+            Lookup::DiagnosticsDisabled { setting, .. } => assert_eq!(setting, "DOTNET_EnableDiagnostics=0"),
+            other => panic!("expected DiagnosticsDisabled, got {other:?}"),
+        }
+    }
+
+    /// A perf map older than the process is a dead process's that had its PID: the runtime is not taken to write
+    /// perf maps already (found flaky in CI: /tmp held over a hundred maps of killed test runtimes).
+    #[test]
+    fn a_stale_perf_map_is_not_the_process_s_own() {
+        let mut child = sleeper(&[("DOTNET_PerfMapEnabled", "0")]);
+        let pid = child.id();
+        let start = Process::open(pid).unwrap().start_time().unwrap();
+        let socket = std::path::PathBuf::from(format!("/tmp/dotnet-diagnostic-{pid}-{start}-socket"));
+        let map = std::path::PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(&socket, b"").unwrap();
+        let file = std::fs::File::create(&map).unwrap();
+        file.set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(3600)).unwrap();
+        let runtime = DotnetRuntime::find(pid).unwrap().runtime().expect("found by its own socket name");
+        let stale = runtime.perf_maps_already_on();
+        file.set_modified(std::time::SystemTime::now()).unwrap();
+        let fresh = runtime.perf_maps_already_on();
+        for f in [&socket, &map] {
+            std::fs::remove_file(f).unwrap();
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(stale.unwrap(), None);
+        assert_eq!(fresh.unwrap(), Some(AlreadyOn::FileExists(format!("/tmp/perf-{pid}.map"))));
     }
 
     #[test]
