@@ -982,7 +982,7 @@ fn runs_cut_short_switch_the_perf_map_off_and_leave_no_files() {
         app.call("before");
         app.send("spin");
         let out = work.join("out");
-        let run = Background::start(&[
+        let mut run = Background::start(&[
             "collect",
             "-pid",
             &app.host_pid.to_string(),
@@ -998,9 +998,15 @@ fn runs_cut_short_switch_the_perf_map_off_and_leave_no_files() {
             std::thread::sleep(Duration::from_millis(50));
         }
         std::thread::sleep(Duration::from_millis(500));
-        for &signal in signals {
+        for (i, &signal) in signals.iter().enumerate() {
+            if i > 0 {
+                // The second once the first has ended sampling (its summary line), while perf.data and symbols/ are
+                // still being completed: after a fixed wait it could come when the whole run is over (a run this
+                // short finishes its outputs in a few ms).
+                let summary = |l: &str| l.starts_with("profcpu: ") && l.contains(" samples (");
+                assert!(run.wait_for_line(summary, Duration::from_secs(30)), "{case}: {}", run.stderr_so_far());
+            }
             run.signal(signal);
-            std::thread::sleep(Duration::from_millis(30));
         }
         if kill_app {
             kill_all(app.host_pid, &[app.host_pid]);
