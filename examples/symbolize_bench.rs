@@ -82,7 +82,7 @@ fn main() -> anyhow::Result<()> {
         pids.sort_unstable();
         pids.dedup();
         let capture = Capture::new(&profcpu::fs::Dir::open(&dir)?, &pids, &opts)?;
-        let summary = capture.finish(&reader)?;
+        let summary = capture.finish(&reader, |_| Ok(()))?;
         println!(
             "capture: {} DSOs, {} bytes in {}, final step {:.1} ms",
             summary.dsos,

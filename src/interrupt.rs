@@ -5,8 +5,8 @@
 //!   and nothing is kept; a second aborts at once, removing what set-up made.
 //! - [`Stage::Sampling`]: the first ends sampling and everything is still written; a second waits until perf.data
 //!   and `symbols/` are complete, then aborts.
-//! - [`Stage::Saving`] (perf.data and `symbols/` being completed): the first lets the outputs be finished; a second
-//!   aborts once they are complete.
+//! - [`Stage::Saving`] (perf.data and `symbols/` being completed; in collect, the pass that names the samples): the
+//!   first lets the outputs be finished; a second aborts once they are complete.
 //! - [`Stage::Writing`] (the outputs): the first lets them be finished; a second aborts at once — the staging folder
 //!   goes and one line says what is left.
 //! - [`Stage::Done`]: only the summary is left to print; signals are ignored.

@@ -258,6 +258,13 @@ pub fn started_at(start_ticks: u64) -> io::Result<u64> {
     Ok(system_stat("btime")? + ticks_to_duration(start_ticks).as_secs())
 }
 
+/// Whether a file last modified at `mtime` (seconds since the epoch) was last written before a process that started
+/// at `started` ([`started_at`]) existed: then it is a dead process's that had the same PID (killed runtimes leave
+/// their perf maps and sockets in /tmp), not this one's. Two seconds of slack for the clocks' grain.
+pub fn written_before_start(mtime: i64, started: u64) -> bool {
+    mtime.saturating_add(2) < i64::try_from(started).unwrap_or(i64::MAX)
+}
+
 /// The value of /proc/stat's line `key VALUE`.
 fn system_stat(key: &str) -> io::Result<u64> {
     let mut text = String::new();

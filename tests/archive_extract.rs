@@ -9,8 +9,9 @@ use flate2::Compression;
 use profcpu::archive;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
+use support::busy::Busy;
 use support::golden::golden_copy;
-use support::profcpu::{plain_tar_extract, postprocess_ok, tar_list, tree};
+use support::profcpu::{finish_collect, plain_tar_extract, postprocess_ok, tar_list, tree};
 use support::scratch::Scratch;
 use tar::{EntryType, Header};
 
@@ -47,6 +48,44 @@ fn a_real_archive_lists_relative_paths_and_extracts_identically() {
     let original = snapshot(&src);
     assert_eq!(snapshot(&by_tar), original);
     assert_eq!(snapshot(&by_us), original);
+}
+
+/// `collect` compresses perf.data for the archive while recording it (stack copies: MBs a second), then what came
+/// last; the archive holds it byte for byte, and its other entries are those of the folder.
+#[test]
+fn a_collection_archives_its_perf_data_compressed_while_it_was_recorded() {
+    let scratch = Scratch::new("archive-collect");
+    let busy = Busy::start(&["--seconds", "30"]);
+    let pid = busy.info.pid.to_string();
+    let out = scratch.join("out");
+    let run = finish_collect(
+        std::process::Command::new(support::PROFCPU)
+            .env("RUST_LOG", "profcpu=debug")
+            .args(["collect", "-pid", &pid, "-duration", "2", "-freq", "999", "-call-graph", "dwarf", "-output"])
+            .arg(&out)
+            .output()
+            .unwrap(),
+    );
+    drop(busy);
+    let while_recording = run
+        .stderr
+        .lines()
+        .find_map(|l| l.split("perf.data: ").nth(1)?.split(" of ").next()?.parse::<f64>().ok())
+        .unwrap_or_else(|| {
+            panic!("no line says how much of perf.data was compressed while recording:\n{}", run.stderr)
+        });
+    let recorded = std::fs::read(run.perf_data()).unwrap();
+    assert!(
+        while_recording > 1.0 && while_recording * 1e6 < recorded.len() as f64,
+        "expected most of a {} byte perf.data compressed while recording, not {while_recording} MB",
+        recorded.len()
+    );
+    let extracted = scratch.join("extracted");
+    plain_tar_extract(&run.run_dir.join("prof.tar.gz"), &extracted);
+    assert!(std::fs::read(extracted.join("perf.data")).unwrap() == recorded, "perf.data differs in the archive");
+    let mut folder = snapshot(&run.run_dir);
+    folder.retain(|(path, _)| path.as_os_str() != "prof.tar.gz");
+    assert_eq!(snapshot(&extracted), folder);
 }
 
 /// Appends an entry with a raw name and link name (the tar crate's safe setters would refuse hostile ones).

@@ -107,7 +107,7 @@ fn jit_frames_of_an_app_in_its_own_namespaces_are_named_from_outside() {
         assert!(Instant::now() < deadline, "the app outlived its namespace");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let summary = capture.finish(&reader).unwrap();
+    let summary = capture.finish(&reader, |_| Ok(())).unwrap();
     assert_eq!(summary.perf_maps, 1);
     let offline = name_samples(&reader, &SymbolizeOptions::offline(summary.dir.clone())).unwrap();
     let (named_offline, jit_offline) = jit_leaf_names(&offline, &inner_map);

@@ -260,7 +260,7 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     let reader = open_perf_data(&data).unwrap();
     let mut live = Vec::new();
     let summary = capture
-        .finish_with(&reader, |s| {
+        .finish(&reader, |s| {
             live.push(s);
             Ok(())
         })

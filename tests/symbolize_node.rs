@@ -80,7 +80,7 @@ fn hot_js_function_is_named_from_the_jitdump() {
 
     // The dump disappears; the capture's copy (completed from the file it kept open) names the same frames.
     std::fs::remove_file(&dump).unwrap();
-    let summary = capture.finish(&reader).unwrap();
+    let summary = capture.finish(&reader, |_| Ok(())).unwrap();
     assert_eq!((summary.perf_maps, summary.jitdumps), (0, 1));
     let offline = name_samples(&reader, &SymbolizeOptions::offline(summary.dir.clone())).unwrap();
     assert!(offline.stats.warnings.is_empty(), "{:?}", offline.stats.warnings);

@@ -104,52 +104,38 @@ impl Compressed {
 
 impl Segment {
     /// A segment of one entry read from an open file (`len` bytes of it, in pieces: the file is not kept in
-    /// memory), compressed by [`EchoDeflater`] with the echoes `find_echoes` gives: it is called with each stretch of
-    /// the stream read (from its stream position; the file's first byte follows the 512-byte tar header), appends
-    /// the echoes it finds there and returns how many of those bytes can be compressed now (the rest is given again
-    /// with the next stretch). `|_, bytes, _| bytes.len()` finds none. The compressed bytes go to `spill` as they
-    /// are made (a file's segment can be hundreds of MB); `spill_name` names it in messages.
+    /// memory), compressed by [`EchoDeflater`] with the echoes `find_echoes` gives (see [`SegmentWriter::read`]; the
+    /// file's first byte follows the 512-byte tar header in the stream). `|_, bytes, _| bytes.len()` finds none. The
+    /// compressed bytes go to `spill` as they are made (a file's segment can be hundreds of MB); `spill_name` names
+    /// it in messages.
     pub fn of_file(
         name: &Path,
         mut file: File,
         len: u64,
         mtime: u64,
         mut find_echoes: impl FnMut(u64, &[u8], &mut Vec<Echo>) -> usize,
-        (mut spill, spill_name): (File, &Path),
+        spill: (File, &Path),
     ) -> Result<Segment> {
-        let spilled = |written: std::io::Result<()>| {
-            written.with_context(|| format!("cannot write {} (disk full?)", spill_name.display()))
-        };
-        let mut compressed_len = 0u64;
-        const READ: usize = 1 << 20;
-        let mut d = EchoDeflater::new();
-        d.feed(&tar_header(name, len, mtime, false)?);
-        let mut echoes = Vec::new();
+        let mut w = SegmentWriter::new(spill);
+        w.feed(&tar_header(name, len, mtime, false)?);
         let mut left = len;
         while left > 0 {
-            let want = READ.min(usize::try_from(left).unwrap_or(usize::MAX));
-            let n = std::io::Read::read(&mut file, &mut d.space(want)[..want])
-                .with_context(|| format!("cannot read {}", name.display()))?;
+            let n =
+                w.read(&mut file, left, &mut find_echoes).with_context(|| format!("cannot read {}", name.display()))?;
             if n == 0 {
                 anyhow::bail!("{} became shorter while it was archived", name.display());
             }
-            d.filled(n);
             left -= n as u64;
-            let (at, waiting) = d.waiting();
-            echoes.clear();
-            let ready = find_echoes(at, waiting, &mut echoes);
-            let ready = if left == 0 { waiting.len() } else { ready.min(waiting.len()) };
-            d.encode(ready, &echoes);
-            let out = d.take_output();
-            compressed_len += out.len() as u64;
-            spilled(spill.write_all(&out))?;
         }
-        d.feed(padding(len));
-        let (tail, crc) = d.finish();
-        compressed_len += tail.len() as u64;
-        spilled(spill.write_all(&tail))?;
-        let compressed = Compressed::File(spill, compressed_len);
-        Ok(Segment { compressed, crc, len: BLOCK as u64 + len + padding(len).len() as u64 })
+        w.feed(padding(len));
+        w.finish()
+    }
+
+    /// A segment of `parts`, one after the other (pieces of entries: the caller makes them whole).
+    pub fn of_bytes(level: Compression, parts: &[&[u8]]) -> Segment {
+        let len = parts.iter().map(|p| p.len() as u64).sum();
+        let (compressed, crc) = deflate_segment(level, parts.iter().copied());
+        Segment { compressed: Compressed::Memory(compressed), crc, len }
     }
 
     /// A segment of whole entries (header, content, padding each), ending the archive if `last`.
@@ -172,6 +158,74 @@ impl Segment {
         let len = parts.clone().chain([end]).map(|p| p.len() as u64).sum();
         let (compressed, crc) = deflate_segment(level, parts.chain([end]));
         Ok(Segment { compressed: Compressed::Memory(compressed), crc, len })
+    }
+}
+
+/// A segment compressed as its bytes come, by [`EchoDeflater`]: from a file while it is still being written, or
+/// read whole ([`Segment::of_file`]). The compressed bytes go to a spill file as they are made.
+pub struct SegmentWriter {
+    d: EchoDeflater,
+    spill: File,
+    spill_name: PathBuf,
+    compressed_len: u64,
+    echoes: Vec<Echo>,
+}
+
+impl SegmentWriter {
+    /// Into `spill` (named `spill_name` in messages), which must be empty.
+    pub fn new((spill, spill_name): (File, &Path)) -> SegmentWriter {
+        SegmentWriter {
+            d: EchoDeflater::new(),
+            spill,
+            spill_name: spill_name.to_path_buf(),
+            compressed_len: 0,
+            echoes: Vec::new(),
+        }
+    }
+
+    /// Bytes in which nothing is looked for; compressed with what follows them.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.d.feed(bytes);
+    }
+
+    /// Reads at most `want` bytes (1 MB at a time) from `file` and compresses what can be: `find_echoes` is called
+    /// with the stream from position `at` on, the bytes waiting to be compressed (those a previous call did not
+    /// take come again), appends the echoes it finds there and returns how many of those bytes can be compressed
+    /// now (the rest waits for the next read, or for [`finish`](Self::finish)). Returns the bytes read (0 at the
+    /// end of the file).
+    pub fn read(
+        &mut self,
+        file: &mut File,
+        want: u64,
+        find_echoes: &mut impl FnMut(u64, &[u8], &mut Vec<Echo>) -> usize,
+    ) -> Result<usize> {
+        const READ: usize = 1 << 20;
+        let want = READ.min(usize::try_from(want).unwrap_or(usize::MAX));
+        let n = file.read(&mut self.d.space(want)[..want])?;
+        self.d.filled(n);
+        let (at, waiting) = self.d.waiting();
+        self.echoes.clear();
+        let ready = find_echoes(at, waiting, &mut self.echoes).min(waiting.len());
+        self.d.encode(ready, &self.echoes);
+        self.spill()?;
+        Ok(n)
+    }
+
+    fn spill(&mut self) -> Result<()> {
+        let out = self.d.take_output();
+        self.compressed_len += out.len() as u64;
+        self.spill.write_all(&out).with_context(|| format!("cannot write {} (disk full?)", self.spill_name.display()))
+    }
+
+    /// Compresses what is waiting and ends the segment.
+    pub fn finish(mut self) -> Result<Segment> {
+        let len = self.d.waiting().0 + self.d.waiting().1.len() as u64;
+        let (tail, crc) = self.d.finish();
+        self.compressed_len += tail.len() as u64;
+        self.spill
+            .write_all(&tail)
+            .with_context(|| format!("cannot write {} (disk full?)", self.spill_name.display()))?;
+        Ok(Segment { compressed: Compressed::File(self.spill, self.compressed_len), crc, len })
     }
 }
 

@@ -5,17 +5,18 @@
 //! the run folder's descriptor, so a user who can write to the base cannot redirect root's writes by renaming the
 //! run folder and putting a symlink in its place.
 
-use super::pipeline::{self, MetadataSource, OutputRequest};
+use super::pipeline::{self, FrameNames, MetadataSource, OutputRequest, PerfDataFollower};
+use crate::archive::tarball::Segment;
 use crate::cli::{CollectArgs, CollectOptions};
 use crate::fs::Dir;
-use crate::perf_data::{PerfDataReader, Record};
+use crate::perf_data::{Record, SampleFormats};
 use crate::record::jit_names::{self, JitNames};
 use crate::record::{self, EndReason, Mode, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::{Metadata, Trigger};
 use crate::report::profile::ReportOptions;
 use crate::symbolize::parsers::ProcessInfo;
 use crate::symbolize::{Capture, SymbolizeOptions, SYMBOLS_DIR};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, IsTerminal};
 use std::path::{Path, PathBuf};
@@ -73,6 +74,7 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
         jit_names: if options.no_ipc { JitNamesState::LeftAlone } else { JitNamesState::NotYet },
         command_env_set: !command_env.is_empty(),
         command_pids: BTreeSet::new(),
+        perf_data_follower: None,
     };
 
     let opts = RecordOptions { command_env, ..record_options(target, options, run_dir.clone()) };
@@ -105,7 +107,15 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
         (JitNamesState::LeftAlone, _) => "left alone (-no-ipc)".to_string(),
         (_, names) => names.as_ref().and_then(JitNames::describe).unwrap_or_default(),
     };
-    let outputs = after_recording(&run_dir, metadata, observer.capture.take(), None)?;
+    // perf.data is complete: what the follower has not compressed yet is little.
+    let perf_data_segments = observer.perf_data_follower.take().and_then(|follower| match follower.finish() {
+        Ok(segments) => Some(segments),
+        Err(e) => {
+            tracing::debug!("perf.data is compressed again: {e:#}");
+            None
+        }
+    });
+    let outputs = after_recording(&run_dir, metadata, observer.capture.take(), perf_data_segments, None)?;
     pipeline::print_summary(&outputs);
     Ok(run_dir.path().to_path_buf())
 }
@@ -138,51 +148,40 @@ fn record_options(target: Target, options: &CollectOptions, output: Dir) -> Reco
     }
 }
 
-/// The stages after recording: save what naming needs (the target may be gone soon), then symbolize from that saved
-/// copy — exactly what `postprocess` will do later — and write the reports and the archive.
+/// The stages after recording: name every sample while the target's files are still there, saving what the
+/// samples used into `symbols/` in the same pass (`postprocess` names them from that copy later, with the same
+/// result), and write the reports and the archive.
 pub(super) fn after_recording(
     run_dir: &Dir,
     metadata: Metadata,
     capture: Option<Capture>,
+    perf_data_segments: Option<Vec<Segment>>,
     title: Option<String>,
 ) -> Result<pipeline::OutputSummary> {
     let recording = pipeline::open_recording(run_dir)?;
-    let capture_given = capture.is_some();
-    if let Some(capture) = capture {
-        let reader = PerfDataReader::from_file(&recording, &run_dir.shown(pipeline::PERF_DATA_FILE))?;
-        let saved = capture.finish(&reader)?;
-        tracing::info!(
-            "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB) in {:.0} ms",
-            saved.perf_maps,
-            saved.jitdumps,
-            saved.dsos,
-            saved.bytes / 1024,
-            saved.finish_time.as_secs_f64() * 1e3
-        );
-    }
-    // No capture (nothing to name: probe -no-stacks), no symbols/.
-    let captured = match run_dir.open_dir(SYMBOLS_DIR) {
-        Ok(dir) => Ok(Some(dir)),
-        Err(e) if e.kind() == ErrorKind::NotFound && !capture_given => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot open {}", run_dir.shown(SYMBOLS_DIR).display())),
-    };
     // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
     // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
     run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
-    let what = match &captured {
-        Ok(Some(_)) => "perf.data, symbols/ and metadata.txt",
-        _ => "perf.data and metadata.txt",
-    };
     let shown = run_dir.path().display();
-    crate::interrupt::set_stage(crate::interrupt::Stage::Writing {
-        left: format!(
-            "the outputs were not written: {shown} holds {what} only; `profcpu postprocess -dir {shown}` makes the rest"
-        ),
-    });
+    let left = |what: &str| {
+        format!("the outputs were not written: {shown} holds {what} only; `profcpu postprocess -dir {shown}` makes the rest")
+    };
+    let names = match capture {
+        // A second signal waits until symbols/ is complete (Stage::Saving), then leaves it.
+        Some(capture) => {
+            FrameNames::Capture { capture: Box::new(capture), left: left("perf.data, symbols/ and metadata.txt") }
+        }
+        // Nothing to name (probe -no-stacks): no symbols/.
+        None => {
+            crate::interrupt::set_stage(crate::interrupt::Stage::Writing { left: left("perf.data and metadata.txt") });
+            FrameNames::Options(SymbolizeOptions { live: false, ..SymbolizeOptions::default() })
+        }
+    };
     pipeline::generate(OutputRequest {
         dir: run_dir,
         recording,
-        symbolize: SymbolizeOptions { captured_dir: captured?, live: false, ..SymbolizeOptions::default() },
+        names,
+        perf_data_segments,
         report: ReportOptions::default(),
         title,
         metadata: MetadataSource::Given(Box::new(metadata)),
@@ -256,9 +255,19 @@ struct CollectObserver {
     command_env_set: bool,
     /// The launched command and the processes it forked (they inherit its environment).
     command_pids: BTreeSet<u32>,
+    /// Compresses perf.data for the archive as it is written.
+    perf_data_follower: Option<PerfDataFollower>,
 }
 
 impl RecordObserver for CollectObserver {
+    fn on_perf_data(&mut self, data_offset: u64, formats: &SampleFormats) {
+        match PerfDataFollower::start(&self.run_dir, data_offset, formats.clone()) {
+            Ok(follower) => self.perf_data_follower = Some(follower),
+            // The pipeline compresses it after the recording instead.
+            Err(e) => tracing::debug!("perf.data will be compressed after the recording: {e:#}"),
+        }
+    }
+
     /// Announced only once sampling really runs, so a refusal is the only line the user sees.
     fn on_start(&mut self, target_pid: Option<u32>) {
         self.target_info = target_pid.and_then(ProcessInfo::read);

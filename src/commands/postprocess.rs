@@ -5,7 +5,7 @@
 //! files beside it, then the live system like perf does), or a `prof.tar.gz` (extracted safely into a new folder
 //! beside it first).
 
-use super::pipeline::{self, MetadataSource, OutputRequest};
+use super::pipeline::{self, FrameNames, MetadataSource, OutputRequest};
 use crate::archive;
 use crate::cli::PostprocessArgs;
 use crate::fs::{input, Dir, InputError, Kind, Limit};
@@ -99,7 +99,8 @@ fn regenerate(args: PostprocessArgs, dir: &Dir) -> Result<()> {
     let summary = pipeline::generate(OutputRequest {
         dir,
         recording,
-        symbolize,
+        names: FrameNames::Options(symbolize),
+        perf_data_segments: None,
         report: ReportOptions { view, per_thread: args.per_thread, ..ReportOptions::default() },
         title: args.title,
         metadata,

@@ -15,10 +15,10 @@ use std::ops::Range;
 /// Finds the echoes of a perf.data as it is read in order (see [`scan`](Self::scan)).
 pub struct StackEchoes {
     formats: SampleFormats,
-    /// File offsets of the records.
+    /// File offsets of the records (the end is open while the file is being written).
     data: Range<u64>,
-    /// Stream position of the file's first byte.
-    base: u64,
+    /// Stream position of the first record.
+    stream_of_data: u64,
     /// File offset of the next record to look at (`data.end` once there is nothing more to find).
     next: u64,
     /// Each thread's last stack copy.
@@ -43,10 +43,28 @@ impl StackEchoes {
         StackEchoes {
             formats: reader.sample_formats().clone(),
             next: data.start,
+            stream_of_data: base + data.start,
             data,
-            base,
             last: FxHashMap::default(),
         }
+    }
+
+    /// For a perf.data still being written, whose samples are laid out as `formats` say, given to the compressor
+    /// from its first record (file offset `data_start`) on, at stream position 0. Every byte given is taken for a
+    /// record until [`records_end`](Self::records_end) says where they end.
+    pub fn following(formats: SampleFormats, data_start: u64) -> StackEchoes {
+        StackEchoes {
+            formats,
+            data: data_start..u64::MAX,
+            stream_of_data: 0,
+            next: data_start,
+            last: FxHashMap::default(),
+        }
+    }
+
+    /// The records end at file offset `end` (what follows is perf.data's feature sections).
+    pub fn records_end(&mut self, end: u64) {
+        self.data.end = end.max(self.data.start);
     }
 
     /// `bytes` are the stream from position `at` on, the next to compress (they start where the bytes the last
@@ -56,7 +74,7 @@ impl StackEchoes {
     pub fn scan(&mut self, at: u64, bytes: &[u8], out: &mut Vec<Echo>) -> usize {
         let end = at + bytes.len() as u64;
         while self.next < self.data.end {
-            let record_at = self.base + self.next;
+            let record_at = self.stream_of_data + (self.next - self.data.start);
             if record_at < at {
                 // Not given in order: find nothing more.
                 self.next = self.data.end;

@@ -187,13 +187,7 @@ impl PerfDataReader {
                 ev.name = name;
             }
         }
-        let mut id_to_event = HashMap::new();
-        for (i, ev) in events.iter().enumerate() {
-            for &id in &ev.ids {
-                id_to_event.insert(id, i);
-            }
-        }
-        let formats = SampleFormats { formats: events.iter().map(|e| e.attr.sample_format()).collect(), id_to_event };
+        let formats = SampleFormats::of(&events);
         Ok(PerfDataReader {
             bytes,
             header,
@@ -364,6 +358,17 @@ pub struct SampleFormats {
 }
 
 impl SampleFormats {
+    /// The layouts of `events`' samples.
+    pub fn of(events: &[EventDesc]) -> SampleFormats {
+        let mut id_to_event = HashMap::new();
+        for (i, ev) in events.iter().enumerate() {
+            for &id in &ev.ids {
+                id_to_event.insert(id, i);
+            }
+        }
+        SampleFormats { formats: events.iter().map(|e| e.attr.sample_format()).collect(), id_to_event }
+    }
+
     /// The index of the event with sample id `id` (the first event when the file has one or ids are absent).
     pub fn event_index(&self, id: Option<u64>) -> usize {
         id.and_then(|id| self.id_to_event.get(&id).copied()).unwrap_or(0)

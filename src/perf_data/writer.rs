@@ -80,6 +80,16 @@ impl PerfDataWriter {
         self.write_raw(&e.into_inner())
     }
 
+    /// Where the records start in the file.
+    pub fn data_offset(&self) -> u64 {
+        self.data_offset
+    }
+
+    /// How the events' samples are laid out (with the ids known so far).
+    pub fn sample_formats(&self) -> super::SampleFormats {
+        super::SampleFormats::of(&self.events)
+    }
+
     /// Bytes of records written so far.
     pub fn data_size(&self) -> u64 {
         self.data_size

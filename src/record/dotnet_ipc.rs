@@ -382,11 +382,11 @@ impl DotnetRuntime {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        // A file last written before the process started is a dead process's that had the same PID (killed
-        // runtimes leave theirs in /tmp): it says nothing about this one. Two seconds of slack for the clocks' grain.
+        // A file last written before the process started says nothing about this one.
         let started = crate::procfs::started_at(self.start_time).ok();
-        let is_its_own =
-            |st: &nix::sys::stat::FileStat| started.map_or(true, |s| st.st_mtime.saturating_add(2) >= s as i64);
+        let is_its_own = |st: &nix::sys::stat::FileStat| {
+            started.map_or(true, |s| !crate::procfs::written_before_start(st.st_mtime, s))
+        };
         for name in [format!("perf-{}.map", self.nspid), format!("jit-{}.dump", self.nspid)] {
             if stat_nofollow(dir.as_fd(), &name)?.as_ref().is_some_and(is_its_own) {
                 return Ok(Some(AlreadyOn::FileExists(join_target_path(&self.perf_map_dir, &name))));

@@ -26,7 +26,7 @@ pub use events::SAMPLE_TYPE;
 pub use progress::status_line;
 
 use crate::fs::Dir;
-use crate::perf_data::{Record, Sample};
+use crate::perf_data::{Record, Sample, SampleFormats};
 use std::os::fd::BorrowedFd;
 use std::time::Duration;
 
@@ -171,6 +171,9 @@ pub trait RecordObserver {
     /// Sampling has begun (every event is open): the target is known to be profiled from here on. `target_pid` is
     /// the process sampled (the launched command's PID for `Target::Command`), `None` for `Target::All`.
     fn on_start(&mut self, _target_pid: Option<u32>) {}
+    /// perf.data is being written (just before [`on_start`](Self::on_start)): its records start at file offset
+    /// `data_offset` and are appended as they are read, their samples laid out as `formats` say.
+    fn on_perf_data(&mut self, _data_offset: u64, _formats: &SampleFormats) {}
     fn on_record(&mut self, _record: &Record) {}
     fn on_tick(&mut self) {}
     /// A sample of event `event` (its index in the recording: with probes, 0 is the side band and probe `i` is

@@ -7,10 +7,12 @@
 //!
 //! Everything is written through the descriptor of the output folder (see [`crate::fs::dir`]), and what is copied
 //! must pass [`jit_files::open_trusted`]: a regular file of the target's own (not a symlink to one), owned by root
-//! or the target's user, within [`Limit::JIT_FILE`].
+//! or the target's user, written since the target started (not left by a dead process with its PID), within
+//! [`Limit::JIT_FILE`].
 //!
 //! Use: `Capture::new(&out_dir, &[pid], &opts)`, then for every record read `observe(&record)` (non-sample records
-//! suffice), `poll()` about every 250 ms, and `finish(&reader)` once perf.data is complete.
+//! suffice), `poll()` about every 250 ms, and `finish(&reader, f)` once perf.data is complete: `f` gets each sample
+//! as it is named (collect makes its outputs from them: each sample is named once).
 
 use super::address_space::{FileId, MapKind, Processes};
 use super::jit_files;
@@ -260,7 +262,7 @@ impl Capture {
 
     fn start_mirror(&mut self, info: &ProcessInfo, path: &Path, name: &str) -> Option<Mirror> {
         let opened = match info.root() {
-            Ok(root) => jit_files::open_trusted(&root, path, &[info.uid], self.opts.force_maps),
+            Ok(root) => jit_files::open_trusted(&root, path, &[info.uid], self.opts.force_maps, info.started_at),
             Err(e) => Err(jit_files::OpenError::Other(e.to_string())),
         };
         match opened {
@@ -290,14 +292,9 @@ impl Capture {
         }
     }
 
-    /// Final copies, then the symbols the recording's samples hit.
-    pub fn finish(self, recording: &PerfDataReader) -> Result<CaptureSummary> {
-        self.finish_with(recording, |_| Ok(()))
-    }
-
-    /// [`finish`](Self::finish), handing each sample as this last live pass names it to `f` (samples are not
-    /// kept: memory does not grow with the recording).
-    pub fn finish_with(
+    /// Final copies, then the symbols the recording's samples hit, found by naming every sample live and handing it
+    /// to `f` as it is named (samples are not kept: memory does not grow with the recording).
+    pub fn finish(
         mut self,
         recording: &PerfDataReader,
         f: impl FnMut(ResolvedSample) -> Result<()>,
@@ -371,4 +368,37 @@ impl Capture {
 fn dir_size(dir: &Dir) -> u64 {
     let names = dir.list().unwrap_or_default();
     names.iter().filter_map(|n| dir.stat(n).ok().flatten()).map(|st| st.st_size.max(0) as u64).sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, SystemTime};
+
+    /// A perf map that a dead process with the same PID left in /tmp is not copied as the new process's; once the
+    /// process writes its own (the file is rewritten), it is.
+    #[test]
+    fn a_perf_map_left_by_a_dead_process_with_the_same_pid_is_not_captured() {
+        let mut sleeper = std::process::Command::new("sleep").arg("30").spawn().unwrap();
+        let pid = sleeper.id();
+        let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+        std::fs::write(&map, "1000 10 DeadProcess::Method\n").unwrap();
+        let hour_ago = SystemTime::now() - Duration::from_secs(3600);
+        File::options().write(true).open(&map).unwrap().set_modified(hour_ago).unwrap();
+        let out = std::env::temp_dir().join(format!("profcpu-capture-stale-{pid}"));
+        std::fs::create_dir_all(&out).unwrap();
+        let mut capture = Capture::new(&Dir::open(&out).unwrap(), &[pid], &SymbolizeOptions::live()).unwrap();
+        capture.poll();
+        let copy = out.join(SYMBOLS_DIR).join(symbols_dir::perf_map_name(pid));
+        let stale_copied = copy.exists();
+        std::fs::write(&map, "2000 10 LiveProcess::Method\n").unwrap();
+        capture.poll();
+        let copied = std::fs::read_to_string(&copy).unwrap_or_default();
+        let _ = sleeper.kill();
+        let _ = sleeper.wait();
+        let _ = std::fs::remove_file(&map);
+        let _ = std::fs::remove_dir_all(&out);
+        assert!(!stale_copied, "the dead process's map was copied");
+        assert_eq!(copied, "2000 10 LiveProcess::Method\n");
+    }
 }

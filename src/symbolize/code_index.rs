@@ -225,7 +225,7 @@ fn read_jit_code(
 /// `Ok(None)` when it does not exist.
 fn read_trusted(info: &ProcessInfo, path: &Path, force: bool) -> Result<Option<Vec<u8>>, String> {
     let root = info.root().map_err(|e| format!("cannot open /proc/{}/root: {e}", info.pid))?;
-    match jit_files::open_trusted(&root, path, &[info.uid], force) {
+    match jit_files::open_trusted(&root, path, &[info.uid], force, info.started_at) {
         Ok((mut file, size)) => input::read_all(&mut file, size, Limit::JIT_FILE)
             .map(Some)
             .map_err(|e| format!("cannot read {} of PID {}: {e}", path.display(), info.pid)),
@@ -361,7 +361,7 @@ impl JitFeed {
         let dump = maps.iter().map(|m| m.path.clone()).find(|p| super::address_space::is_jitdump_path(p));
         for (path, jitdump) in [(Some(perf_map), false), (dump, true)] {
             let Some(path) = path else { continue };
-            match jit_files::open_trusted(&root, Path::new(&path), &[info.uid], force) {
+            match jit_files::open_trusted(&root, Path::new(&path), &[info.uid], force, info.started_at) {
                 Ok((file, size)) => {
                     let at = if jitdump { jitdump_end_of_records(&file, size) } else { size };
                     return Ok(Some(JitFeed { file, at, jitdump }));

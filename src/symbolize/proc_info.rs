@@ -13,6 +13,8 @@ pub struct ProcessInfo {
     /// Owner of `/proc/<pid>` (the process's effective uid as the host sees it).
     pub uid: u32,
     pub comm: String,
+    /// When it started, in seconds since the epoch ([`crate::procfs::started_at`]).
+    pub started_at: Option<u64>,
     /// Whether it lives in another mount namespace (a container): its files are then reached through its root.
     in_container: bool,
     /// That root, opened once (`None` when it shares our mounts, or when it could not be opened).
@@ -26,7 +28,16 @@ impl ProcessInfo {
         let uid = process.owner_uid().ok()?;
         let in_container = !process.shares_our_mounts();
         let root = if in_container { process.root().ok() } else { None };
-        Some(ProcessInfo { pid, nspid: status.nspid.unwrap_or(pid), uid, comm: status.name, in_container, root })
+        let started_at = process.start_time().and_then(crate::procfs::started_at).ok();
+        Some(ProcessInfo {
+            pid,
+            nspid: status.nspid.unwrap_or(pid),
+            uid,
+            comm: status.name,
+            started_at,
+            in_container,
+            root,
+        })
     }
 
     /// The root to open its files through: its own, or the host's when it shares our mounts.

@@ -436,12 +436,12 @@ impl Sources {
         if !self.opts.live {
             return None;
         }
-        let (root, allowed) = match self.live_process(pid, processes) {
-            Some(info) => (info.root(), vec![info.uid]),
-            None => (Root::host(), vec![jit_files::current_euid()]),
+        let (root, allowed, started_at) = match self.live_process(pid, processes) {
+            Some(info) => (info.root(), vec![info.uid], info.started_at),
+            None => (Root::host(), vec![jit_files::current_euid()], None),
         };
         let opened = match root {
-            Ok(root) => jit_files::open_trusted(&root, path, &allowed, self.opts.force_maps),
+            Ok(root) => jit_files::open_trusted(&root, path, &allowed, self.opts.force_maps, started_at),
             Err(e) => Err(jit_files::OpenError::Other(e.to_string())),
         };
         match opened {

@@ -13,8 +13,11 @@
 //! reached only through their descriptors ([`crate::fs::Dir`], [`Staging`]); what is read from them (perf.data,
 //! the naming files) must be a regular file, not a symlink, within its size cap ([`crate::fs::input`]).
 
+mod perf_data_follower;
 mod sample_sink;
 mod script_file;
+
+pub use perf_data_follower::PerfDataFollower;
 
 use crate::archive::tarball::{self, Segment, Tarball};
 use crate::fs::{Dir, Kind, Limit, Staging};
@@ -27,7 +30,7 @@ use crate::report::profile::{Profile, RecordingFacts, ReportOptions};
 use crate::report::top::{self, TopFrames};
 use crate::report::view::View;
 use crate::report::{self, Weight};
-use crate::symbolize::{Measure, ResolvedSample, SymbolizeOptions, SymbolizeStats, Symbolizer};
+use crate::symbolize::{Capture, Measure, ResolvedSample, SymbolizeOptions, SymbolizeStats, Symbolizer};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
@@ -44,11 +47,66 @@ pub struct OutputRequest<'a> {
     pub dir: &'a Dir,
     /// Its perf.data, opened by [`open_recording`].
     pub recording: File,
-    pub symbolize: SymbolizeOptions,
+    pub names: FrameNames,
+    /// perf.data's entry in the archive, when it was compressed while recording ([`PerfDataFollower`]).
+    pub perf_data_segments: Option<Vec<Segment>>,
     pub report: ReportOptions,
     /// Overrides the flame graph's title.
     pub title: Option<String>,
     pub metadata: MetadataSource,
+}
+
+/// Where the frames' names come from.
+pub enum FrameNames {
+    /// The sources these options say: a folder's `symbols/`, or the live system (postprocess).
+    Options(SymbolizeOptions),
+    /// A collection's capture, while its target's files are still there: the pass that names the samples for the
+    /// outputs is the one that finds what they used and saves it into `symbols/` (collect), so each sample is named
+    /// once. `left` is what a second signal leaves once `symbols/` is complete (see [`crate::interrupt`]).
+    Capture { capture: Box<Capture>, left: String },
+}
+
+/// Names the samples as [`FrameNames`] says.
+enum Namer {
+    Symbolizer(Box<Symbolizer>),
+    Capture(Box<Capture>, String),
+}
+
+impl Namer {
+    fn new(names: FrameNames) -> Result<Namer> {
+        Ok(match names {
+            FrameNames::Options(opts) => Namer::Symbolizer(Box::new(Symbolizer::new(&opts)?)),
+            FrameNames::Capture { capture, left } => Namer::Capture(capture, left),
+        })
+    }
+
+    /// Whether `symbols/` is complete before the samples are named (else it is written by naming them).
+    fn symbols_ready(&self) -> bool {
+        matches!(self, Namer::Symbolizer(_))
+    }
+
+    fn for_each_sample(
+        self,
+        reader: &PerfDataReader,
+        f: impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<SymbolizeStats> {
+        match self {
+            Namer::Symbolizer(mut symbolizer) => symbolizer.for_each_sample(reader, f),
+            Namer::Capture(capture, left) => {
+                let saved = capture.finish(reader, f)?;
+                tracing::info!(
+                    "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB)",
+                    saved.perf_maps,
+                    saved.jitdumps,
+                    saved.dsos,
+                    saved.bytes / 1024,
+                );
+                // perf.data and symbols/ are complete: a second signal may now stop the run.
+                crate::interrupt::set_stage(crate::interrupt::Stage::Writing { left });
+                Ok(saved.stats)
+            }
+        }
+    }
 }
 
 /// Where metadata.txt's facts come from.
@@ -97,7 +155,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             bail!("{} is {cut} before its first complete sample: there is nothing to show", perf_data.display());
         }
     }
-    let mut symbolizer = Symbolizer::new(&req.symbolize)?;
+    let namer = Namer::new(req.names)?;
     // What the recording measured decides how samples weigh, whatever the caller asked for: off-CPU and wall-clock
     // recordings are weighted in time.
     let measure = Measure::of(&reader);
@@ -122,39 +180,49 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let (streamed, stats, mut archive, script_len, inputs_segments) = std::thread::scope(|scope| -> Result<_> {
         // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
         // from the other stages. Each on its own thread: with stack copies, perf.data alone can take as long as
-        // naming every sample.
-        let mut echoes = StackEchoes::new(&reader, tarball::BLOCK as u64);
-        // perf.data's compressed segment can be hundreds of MB: kept in a nameless file until it joins the archive.
-        let spill_name = ".perf.data.deflate";
-        let spill_path = staging.dir().shown(spill_name);
-        let spill = staging
-            .dir()
-            .scratch_file(spill_name)
-            .with_context(|| format!("cannot create a scratch file in {}", staging.dir().path().display()))?;
-        let perf_data_segment = spawn_named(scope, "archive-perf-data", move || -> Result<Segment> {
-            let started = Instant::now();
-            let segment = Segment::of_file(
-                Path::new(PERF_DATA_FILE),
-                perf_data_file,
-                perf_data_meta.len(),
-                tarball::mtime_of(&perf_data_meta),
-                |at, bytes, out| echoes.scan(at, bytes, out),
-                (spill, &spill_path),
-            )?;
-            tracing::debug!(
-                "perf.data compressed to {:.2} MB in {:.1?} ({})",
-                segment.compressed.size() as f64 / 1e6,
-                started.elapsed(),
-                thread_cpu()
-            );
-            Ok(segment)
-        })?;
-        let naming_segment = spawn_named(scope, "archive-naming", || -> Result<Segment> {
+        // naming every sample (a collection's was compressed while it was recorded).
+        let perf_data_entry = match req.perf_data_segments {
+            Some(segments) => PerfDataEntry::Ready(segments),
+            None => {
+                let mut echoes = StackEchoes::new(&reader, tarball::BLOCK as u64);
+                // Its compressed segment can be hundreds of MB: kept in a nameless file until it joins the archive.
+                let spill_name = ".perf.data.deflate";
+                let spill_path = staging.dir().shown(spill_name);
+                let spill = staging
+                    .dir()
+                    .scratch_file(spill_name)
+                    .with_context(|| format!("cannot create a scratch file in {}", staging.dir().path().display()))?;
+                PerfDataEntry::Compressing(spawn_named(scope, "archive-perf-data", move || -> Result<Segment> {
+                    let started = Instant::now();
+                    let segment = Segment::of_file(
+                        Path::new(PERF_DATA_FILE),
+                        perf_data_file,
+                        perf_data_meta.len(),
+                        tarball::mtime_of(&perf_data_meta),
+                        |at, bytes, out| echoes.scan(at, bytes, out),
+                        (spill, &spill_path),
+                    )?;
+                    tracing::debug!(
+                        "perf.data compressed to {:.2} MB in {:.1?} ({})",
+                        segment.compressed.size() as f64 / 1e6,
+                        started.elapsed(),
+                        thread_cpu()
+                    );
+                    Ok(segment)
+                })?)
+            }
+        };
+        let compress_naming = || -> Result<Segment> {
             let started = Instant::now();
             let segment = naming_segment(dir)?;
             tracing::debug!("naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
             Ok(segment)
-        })?;
+        };
+        // A capture writes symbols/ as it names the samples: compressed after them (trimmed, it takes a few ms).
+        let naming_segment = match namer.symbols_ready() {
+            true => Some(spawn_named(scope, "archive-naming", compress_naming)?),
+            false => None,
+        };
         // The perf_script.out of an earlier run is deleted as soon as this run has samples to show (not before: a
         // `-pid` that selects nothing keeps it), so that its deletion, the slowest file operation of a run (the
         // page cache of a 100 MB file), overlaps the run instead of following it. The name stays empty until the
@@ -191,7 +259,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         // The symbolizer reports the reader's warnings (with everything else it finds).
         let started = Instant::now();
         let mut batch = Vec::with_capacity(BATCH_SAMPLES);
-        let stats = symbolizer.for_each_sample(&reader, |s| {
+        let stats = namer.for_each_sample(&reader, |s| {
             batch.push(s);
             if batch.len() == BATCH_SAMPLES {
                 let next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
@@ -213,10 +281,16 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         let (archive, script_len) = compressed?;
         written?;
         let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
-        let inputs_segments = [
-            perf_data_segment.join().map_err(|_| anyhow!("compressing perf.data panicked"))??,
-            naming_segment.join().map_err(|_| anyhow!("compressing the naming files panicked"))??,
-        ];
+        let mut inputs_segments = match perf_data_entry {
+            PerfDataEntry::Ready(segments) => segments,
+            PerfDataEntry::Compressing(thread) => {
+                vec![thread.join().map_err(|_| anyhow!("compressing perf.data panicked"))??]
+            }
+        };
+        inputs_segments.push(match naming_segment {
+            Some(thread) => thread.join().map_err(|_| anyhow!("compressing the naming files panicked"))??,
+            None => compress_naming()?,
+        });
         Ok((streamed?, stats, archive, script_len, inputs_segments))
     })?;
     let Profile { folded, threads, facts, shown } = streamed;
@@ -320,6 +394,12 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         samples_shown: shown,
         archive: dir.shown(report::ARCHIVE_FILE),
     })
+}
+
+/// perf.data's entry in the archive: compressed while it was recorded, or being compressed by a thread.
+enum PerfDataEntry<'scope> {
+    Ready(Vec<Segment>),
+    Compressing(std::thread::ScopedJoinHandle<'scope, Result<Segment>>),
 }
 
 /// A small output's name and bytes.

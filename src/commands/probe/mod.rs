@@ -256,7 +256,7 @@ fn finish(recorded: Recorded) -> Result<Probed> {
     };
     let metadata = metadata(&summary, target.as_ref(), &observer, &calls, &patterns, stacks);
     let capture = observer.capture;
-    let outputs = after_recording(&run_dir, metadata, capture, Some(title))?;
+    let outputs = after_recording(&run_dir, metadata, capture, None, Some(title))?;
     for note in &outputs.notes {
         tracing::debug!("{note}");
     }
