@@ -76,7 +76,7 @@ fn a_collection_archives_its_perf_data_compressed_while_it_was_recorded() {
         });
     let recorded = std::fs::read(run.perf_data()).unwrap();
     assert!(
-        while_recording > 1.0 && while_recording * 1e6 < recorded.len() as f64,
+        while_recording * 1e6 >= recorded.len() as f64 / 2.0,
         "expected most of a {} byte perf.data compressed while recording, not {while_recording} MB",
         recorded.len()
     );

@@ -120,15 +120,15 @@ impl StackEchoes {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::perf_data::abi::{REGS_ABI_64, SAMPLE_REGS_USER, SAMPLE_STACK_USER, SAMPLE_TID, SAMPLE_TIME};
     use crate::perf_data::{EventDesc, PerfDataWriter, Record, Sample, UserContext};
 
     const MASK: u64 = 0xff_0fff;
 
-    /// A recording of two threads whose stacks (at fixed addresses) change only near the stack pointer.
-    fn recording(dir: &std::path::Path) -> Vec<(u32, u64, Vec<u8>)> {
+    /// A perf.data in `dir` for samples with user registers and stack copies.
+    pub(crate) fn stack_copy_writer(dir: &std::path::Path) -> PerfDataWriter {
         let mut kernel_attr = perf_event_open_sys::bindings::perf_event_attr {
             size: 128,
             sample_type: (SAMPLE_TID | SAMPLE_TIME | SAMPLE_REGS_USER | SAMPLE_STACK_USER),
@@ -139,9 +139,17 @@ mod tests {
         let attr = crate::perf_data::Attr::from_kernel(&kernel_attr);
         let event = EventDesc { name: attr.event_name(), attr, ids: vec![] };
         let dir = crate::fs::Dir::open(dir).unwrap();
-        let mut w = PerfDataWriter::create(&dir, "perf.data", vec![event]).unwrap();
+        PerfDataWriter::create(&dir, "perf.data", vec![event]).unwrap()
+    }
+
+    /// Writes samples number `numbers` of two threads whose stacks (at fixed addresses) change only near the stack
+    /// pointer; returns each one's thread, stack pointer and copy.
+    pub(crate) fn write_stack_copies(
+        w: &mut PerfDataWriter,
+        numbers: std::ops::Range<u64>,
+    ) -> Vec<(u32, u64, Vec<u8>)> {
         let mut samples = Vec::new();
-        for i in 0..40u64 {
+        for i in numbers {
             let tid = 100 + (i % 2) as u32;
             let top = 0x7fff_0000u64 + tid as u64 * 0x10000;
             let sp = top - 3000 + (i % 5) * 16;
@@ -167,6 +175,12 @@ mod tests {
             w.write_record(&Record::Sample(s)).unwrap();
             samples.push((tid, sp, stack));
         }
+        samples
+    }
+
+    fn recording(dir: &std::path::Path) -> Vec<(u32, u64, Vec<u8>)> {
+        let mut w = stack_copy_writer(dir);
+        let samples = write_stack_copies(&mut w, 0..40);
         w.finish(&Default::default()).unwrap();
         samples
     }

@@ -159,3 +159,63 @@ fn follow(
     let header_and_attrs = Segment::of_bytes(Compression::fast(), &[&entry, &head]);
     Ok(vec![header_and_attrs, records_and_rest])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::deflate::FINAL_BLOCK;
+    use crate::archive::tarball::Compressed;
+    use crate::perf_data::echoes::tests::{stack_copy_writer, write_stack_copies};
+    use std::io::Read;
+
+    /// What a followed perf.data's segments unpack to, in order, and their joined CRC.
+    fn unpack(segments: &[Segment]) -> (Vec<u8>, u32) {
+        let mut deflated = Vec::new();
+        let mut crc = crc32fast::Hasher::new();
+        for segment in segments {
+            match &segment.compressed {
+                Compressed::Memory(bytes) => deflated.extend_from_slice(bytes),
+                Compressed::File(file, len) => {
+                    let mut bytes = vec![0u8; *len as usize];
+                    file.read_exact_at(&mut bytes, 0).unwrap();
+                    deflated.extend_from_slice(&bytes);
+                }
+            }
+            crc.combine(&segment.crc);
+        }
+        deflated.extend_from_slice(&FINAL_BLOCK);
+        let mut out = Vec::new();
+        flate2::read::DeflateDecoder::new(&deflated[..]).read_to_end(&mut out).unwrap();
+        (out, crc.finalize())
+    }
+
+    /// Records read while the file was written (the follower had time to look) and read only once it was complete
+    /// (it had not): either way the segments unpack to perf.data's tar entry, the file byte for byte.
+    #[test]
+    fn the_segments_unpack_to_the_file_however_much_was_read_while_recording() {
+        for look_while_recording in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let dir = Dir::open(tmp.path()).unwrap();
+            let mut w = stack_copy_writer(tmp.path());
+            let follower = PerfDataFollower::start(&dir, w.data_offset(), w.sample_formats()).unwrap();
+            write_stack_copies(&mut w, 0..1500);
+            if look_while_recording {
+                std::thread::sleep(EVERY * 3);
+            }
+            write_stack_copies(&mut w, 1500..2000);
+            w.finish(&Default::default()).unwrap();
+            let segments = follower.finish().unwrap();
+            let (unpacked, crc) = unpack(&segments);
+            let file = std::fs::read(tmp.path().join(PERF_DATA_FILE)).unwrap();
+            let header = tar::Header::from_byte_slice(&unpacked[..tarball::BLOCK]);
+            assert_eq!(header.path().unwrap(), Path::new(PERF_DATA_FILE));
+            assert_eq!(header.size().unwrap(), file.len() as u64);
+            let content = &unpacked[tarball::BLOCK..];
+            assert_eq!(content.len(), file.len() + tarball::padding(file.len() as u64).len());
+            assert!(content[..file.len()] == file[..], "looked while recording: {look_while_recording}");
+            assert_eq!(crc, crc32fast::hash(&unpacked));
+            let compressed: u64 = segments.iter().map(|s| s.compressed.size()).sum();
+            assert!(compressed * 5 < file.len() as u64, "{compressed} of {} bytes: echoes not found", file.len());
+        }
+    }
+}
