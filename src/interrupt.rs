@@ -262,14 +262,15 @@ pub fn begin_sampling() -> Result<(), Interrupted> {
 
 /// Moves the run to `stage`. What earlier stages registered for removal is forgotten (it is complete now). A
 /// second signal that waited for perf.data and `symbols/` to be complete aborts here, when `stage` is
-/// [`Stage::Writing`].
+/// [`Stage::Writing`], removing what was registered meanwhile (collect's staging folder, made before the pass that
+/// completes `symbols/`).
 pub fn set_stage(stage: Stage) {
     let mut state = lock();
-    state.remove_on_abort.clear();
     if let (Stage::Writing { left }, Some(sig)) = (&stage, state.abort_pending) {
         let line = format!("profcpu: interrupted by {}: {left}", signal_name(sig));
         abort(state, sig, &line)
     }
+    state.remove_on_abort.clear();
     SAMPLING_OVER.store(!matches!(stage, Stage::Starting | Stage::Sampling), Ordering::SeqCst);
     state.stage = stage;
 }
