@@ -234,8 +234,11 @@ pub fn function_symbols<'data, R: ReadRef<'data>>(
     Ok(table.build())
 }
 
+/// The file offset of `vaddr`, through the PT_LOAD segment holding it (none when the offset would not fit in 64
+/// bits: the headers are the file's, and a hostile one can say anything).
 pub fn vaddr_to_offset(segments: &[LoadSegment], vaddr: u64) -> Option<u64> {
-    segments.iter().find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz).map(|s| vaddr - s.vaddr + s.offset)
+    let s = segments.iter().find(|s| vaddr >= s.vaddr && vaddr - s.vaddr < s.filesz)?;
+    (vaddr - s.vaddr).checked_add(s.offset)
 }
 
 /// The debuglink CRC of a whole file, read in chunks: `.gnu_debuglink` uses zlib's CRC-32.
@@ -296,6 +299,10 @@ mod tests {
         assert_eq!(vaddr_to_offset(&segs, 0x401010), Some(0x1010));
         assert_eq!(vaddr_to_offset(&segs, 0x403000), None);
         assert_eq!(vaddr_to_offset(&segs, 0x10), Some(0x10));
+        // Found by the elf fuzz target: a segment whose offset plus the address's distance into it overflows.
+        let hostile = [LoadSegment { offset: u64::MAX - 4, vaddr: 0x1000, filesz: 0x100 }];
+        assert_eq!(vaddr_to_offset(&hostile, 0x1010), None);
+        assert_eq!(vaddr_to_offset(&hostile, 0x1002), Some(u64::MAX - 2));
     }
 
     #[test]
