@@ -112,7 +112,8 @@ impl StackEchoes {
         // The stack addresses both copies hold.
         let low = copy.sp.max(previous.sp);
         let high = copy.sp.saturating_add(copy.len).min(previous.sp.saturating_add(previous.len));
-        if high >= low + MIN_ECHO {
+        // Stack pointers are the recording's: a hostile one lies near 2^64.
+        if high.checked_sub(low).is_some_and(|n| n >= MIN_ECHO) {
             let len = u32::try_from(high - low).unwrap_or(u32::MAX);
             out.push(Echo { at: copy.at + (low - copy.sp), from: previous.at + (low - previous.sp), len });
         }
@@ -156,26 +157,47 @@ pub(crate) mod tests {
             // The same bytes at the same address from copy to copy, except for a few near the stack pointer.
             let stack: Vec<u8> =
                 (sp..top).map(|a| (a.wrapping_mul(31) >> 3) as u8 ^ if a < sp + 40 { i as u8 } else { 0 }).collect();
-            let mut regs = vec![0u64; MASK.count_ones() as usize];
-            regs[7] = sp;
-            let user = UserContext { abi: REGS_ABI_64, mask: MASK, regs, stack: stack.clone() };
-            let s = Sample {
-                misc: 2,
-                id: None,
-                ip: 0x401000,
-                pid: 100,
-                tid,
-                time: i * 1000,
-                cpu: 0,
-                period: 1,
-                callchain: vec![],
-                raw: vec![],
-                user: Some(user),
-            };
-            w.write_record(&Record::Sample(s)).unwrap();
+            write_copy(w, i * 1000, tid, sp, &stack);
             samples.push((tid, sp, stack));
         }
         samples
+    }
+
+    /// Writes one sample of thread `tid` at `time` whose stack pointer is `sp` and stack copy `stack`.
+    fn write_copy(w: &mut PerfDataWriter, time: u64, tid: u32, sp: u64, stack: &[u8]) {
+        let mut regs = vec![0u64; MASK.count_ones() as usize];
+        regs[7] = sp;
+        let user = UserContext { abi: REGS_ABI_64, mask: MASK, regs, stack: stack.to_vec() };
+        let s = Sample {
+            misc: 2,
+            id: None,
+            ip: 0x401000,
+            pid: 100,
+            tid,
+            time,
+            cpu: 0,
+            period: 1,
+            callchain: vec![],
+            raw: vec![],
+            user: Some(user),
+        };
+        w.write_record(&Record::Sample(s)).unwrap();
+    }
+
+    /// Found by the postprocess fuzz target: copies whose stack pointer lies near 2^64 overflowed the overlap test.
+    #[test]
+    fn stack_pointers_near_the_top_of_the_address_space_find_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = stack_copy_writer(dir.path());
+        write_copy(&mut w, 1, 100, u64::MAX - 20, &[7; 100]);
+        write_copy(&mut w, 2, 100, u64::MAX - 10, &[7; 100]);
+        w.finish(&Default::default()).unwrap();
+        let path = dir.path().join("perf.data");
+        let bytes = std::fs::read(&path).unwrap();
+        let reader = PerfDataReader::from_file(&std::fs::File::open(&path).unwrap(), &path).unwrap();
+        let mut found = Vec::new();
+        assert_eq!(StackEchoes::new(&reader, 0).scan(0, &bytes, &mut found), bytes.len());
+        assert!(found.is_empty(), "{found:?}");
     }
 
     fn recording(dir: &std::path::Path) -> Vec<(u32, u64, Vec<u8>)> {

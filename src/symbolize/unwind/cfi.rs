@@ -115,7 +115,9 @@ impl ModuleCfi {
     /// (`avma = svma + bias`); `None` when no loadable segment holds that offset.
     pub fn bias(&self, start: u64, pgoff: u64) -> Option<u64> {
         let page = 4096;
-        let seg = self.loads.iter().find(|s| pgoff >= s.offset / page * page && pgoff < s.offset + s.filesz)?;
+        // The headers are the file's: a hostile segment can end past 2^64.
+        let seg =
+            self.loads.iter().find(|s| pgoff >= s.offset / page * page && pgoff < s.offset.saturating_add(s.filesz))?;
         let bias = start as i128 - pgoff as i128 + seg.offset as i128 - seg.vaddr as i128;
         u64::try_from(bias).ok()
     }
@@ -358,6 +360,13 @@ mod tests {
         // A segment whose vaddr is one page above its offset.
         assert_eq!(cfi.bias(0x7f00_0000_7000, 0x6000), Some(0x7f00_0000_0000));
         assert_eq!(cfi.bias(0x1000, 0x9000), None);
+        // Found by the elf fuzz target: a segment whose offset plus size overflows.
+        let hostile = ModuleCfi {
+            loads: vec![LoadSegment { offset: u64::MAX - 0x1000, vaddr: 0, filesz: 0x2000 }],
+            ..Default::default()
+        };
+        assert_eq!(hostile.bias(0x1000, 0x9000), None);
+        assert!(hostile.bias(u64::MAX, u64::MAX - 0x800).is_some());
     }
 
     #[test]
