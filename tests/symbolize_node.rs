@@ -8,7 +8,7 @@ mod support;
 use profcpu::report::names::frame_label;
 
 use profcpu::symbolize::{Capture, FrameKind, SymbolizeOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::perf::perf_record;
@@ -47,12 +47,9 @@ fn hot_js_function_is_named_from_the_jitdump() {
     let dump = scratch.join(format!("jit-{pid}.dump"));
     assert!(dump.is_file(), "node --perf-prof wrote no {}", dump.display());
     let dump = dump.to_str().unwrap().to_string();
-    // A perf map of node's own would be a second source of names. One that a dead process with node's PID left
-    // (killed runtimes leave theirs in /tmp) is older than node, and profcpu does not read it.
-    if let Ok(meta) = std::fs::metadata(format!("/tmp/perf-{pid}.map")) {
-        let age = meta.modified().unwrap().elapsed().unwrap_or_default();
-        assert!(age > started.elapsed() + Duration::from_secs(3), "node wrote a perf map: names could come from it");
-    }
+    // A perf map of node's own would be a second source of names (one a dead process with node's PID left is not).
+    let map = PathBuf::from(format!("/tmp/perf-{pid}.map"));
+    assert!(!support::written_since(&map, started), "node wrote a perf map: names could come from it");
 
     let data = scratch.join("perf.data");
     perf_record(pid, 3.0, &data);

@@ -46,6 +46,15 @@ pub mod webapi;
 /// The binary under test, as cargo built it for the test run.
 pub const PROFCPU: &str = env!("CARGO_BIN_EXE_profcpu");
 
+/// Whether `path` was written since `since` (with 3 s of slack): a file the test's own process wrote, not one a
+/// killed runtime with the same PID left in /tmp (PIDs come round on a busy test machine, and profcpu ignores such
+/// files as older than the process).
+pub fn written_since(path: &std::path::Path, since: std::time::Instant) -> bool {
+    let Ok(meta) = std::fs::metadata(path) else { return false };
+    let age = meta.modified().ok().and_then(|m| m.elapsed().ok()).unwrap_or_default();
+    age <= since.elapsed() + std::time::Duration::from_secs(3)
+}
+
 /// How long a real runtime may take to start and say it is ready (a cold start on a busy 2-CPU machine takes a
 /// few seconds).
 pub const START_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
