@@ -84,12 +84,18 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    #[test]
-    fn owners_other_than_root_or_the_target_and_symlinks_are_refused() {
-        let dir = std::env::temp_dir().join(format!("profcpu-jitfiles-{}", std::process::id()));
+    /// A scratch folder named after `test` holding a one-line perf map; returns both.
+    fn planted_map(test: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("profcpu-jitfiles-{test}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("perf-1.map");
         std::fs::write(&path, "1000 10 x\n").unwrap();
+        (dir, path)
+    }
+
+    #[test]
+    fn owners_other_than_root_or_the_target_and_symlinks_are_refused() {
+        let (dir, path) = planted_map("owners");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         let link = dir.join("perf-2.map");
         std::os::unix::fs::symlink(&path, &link).unwrap();
@@ -117,10 +123,7 @@ mod tests {
 
     #[test]
     fn a_file_last_written_before_the_process_started_is_a_dead_processs() {
-        let dir = std::env::temp_dir().join(format!("profcpu-jitfiles-stale-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("perf-1.map");
-        std::fs::write(&path, "1000 10 x\n").unwrap();
+        let (dir, path) = planted_map("stale");
         let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
         File::options().write(true).open(&path).unwrap().set_modified(hour_ago).unwrap();
         let host = Root::host().unwrap();

@@ -113,13 +113,7 @@ fn follow(
         }
         // What the recorder has written so far: whole records, and maybe the start of one (it waits).
         let len = file.metadata().with_context(read_error)?.len();
-        while pos < len {
-            match out.read(&mut file, len - pos, &mut |at, bytes, found| echoes.scan(at, bytes, found)) {
-                Ok(0) => break,
-                Ok(n) => pos += n as u64,
-                Err(e) => return Err(e).with_context(read_error),
-            }
-        }
+        pos = read_to(&mut file, pos, len, &mut out, &mut echoes).with_context(read_error)?;
     }
     // Complete: its header says where the records end.
     let reader = PerfDataReader::from_file(&file, shown)?;
@@ -137,19 +131,10 @@ fn follow(
         (pos - data_start) as f64 / 1e6,
         len as f64 / 1e6
     );
-    while pos < len {
-        if pos >= records.end {
-            echoes.records_end(records.end);
-        }
-        let want = match pos < records.end {
-            true => records.end - pos,
-            false => len - pos,
-        };
-        match out.read(&mut file, want, &mut |at, bytes, found| echoes.scan(at, bytes, found)) {
-            Ok(0) => bail!("{} became shorter while it was archived", shown.display()),
-            Ok(n) => pos += n as u64,
-            Err(e) => return Err(e).with_context(read_error),
-        }
+    // No record crosses the end of the records: what follows them is not scanned as records.
+    echoes.records_end(records.end);
+    if read_to(&mut file, pos, len, &mut out, &mut echoes).with_context(read_error)? < len {
+        bail!("{} became shorter while it was archived", shown.display());
     }
     out.feed(tarball::padding(len));
     let records_and_rest = out.finish()?;
@@ -158,6 +143,18 @@ fn follow(
     let entry = tarball::tar_header(Path::new(PERF_DATA_FILE), len, tarball::mtime_of(&meta), false)?;
     let header_and_attrs = Segment::of_bytes(Compression::fast(), &[&entry, &head]);
     Ok(vec![header_and_attrs, records_and_rest])
+}
+
+/// Compresses `file` from `pos` (where it stands) up to `len`, or to its end if that comes first; returns where it
+/// stopped.
+fn read_to(file: &mut File, mut pos: u64, len: u64, out: &mut SegmentWriter, echoes: &mut StackEchoes) -> Result<u64> {
+    while pos < len {
+        match out.read(file, len - pos, &mut |at, bytes, found| echoes.scan(at, bytes, found))? {
+            0 => break,
+            n => pos += n as u64,
+        }
+    }
+    Ok(pos)
 }
 
 #[cfg(test)]
