@@ -324,6 +324,45 @@ fn repeated_callchains_share_a_stack_while_their_names_hold() {
     assert_eq!(out.stats.native_frames_named, 6);
 }
 
+/// Records are named a round at a time (`PERF_RECORD_FINISHED_ROUND`, perf's rule): at the end of a round, what is
+/// timed up to the latest time of the round before is complete. So a record of the next round timed earlier than
+/// one of this round (another CPU's buffer, read later) still takes its place in time; one timed before what was
+/// already named comes after it, as in perf.
+#[test]
+fn rounds_are_named_in_time_order_across_their_boundaries() {
+    let scratch = Scratch::new("symbolize-rounds");
+    std::fs::create_dir_all(scratch.join("symbols")).unwrap();
+    let records = vec![
+        comm(0, 100, 100, "app", false),
+        mmap(0, 100, 0x10000, 0x10000, 0, 0, "//anon"),
+        sample(10, 100, 100, &[U, 0x10010]),
+        sample(30, 100, 100, &[U, 0x10010]),
+        Record::FinishedRound,
+        // Timed before the sample at 30 of the round before: both still come in time order, and the remap at 25
+        // applies to the sample at 30.
+        sample(20, 100, 100, &[U, 0x10010]),
+        mmap(25, 100, 0x10000, 0x1000, 0, 79, "/opt/app/other.so"),
+        sample(40, 100, 100, &[U, 0x10010]),
+        Record::FinishedRound,
+        sample(35, 100, 100, &[U, 0x10010]),
+        Record::FinishedRound,
+        // Timed before the sample at 40, which the round before completed: named after it.
+        sample(38, 100, 100, &[U, 0x10010]),
+    ];
+    let data = scratch.path.join("perf.data");
+    write_perf_data(&data, &records);
+    write_symbols(&scratch.path, "");
+    let reader = open_perf_data(&data).unwrap();
+    let out =
+        name_samples(&reader, &SymbolizeOptions::offline(Dir::open(&scratch.path.join("symbols")).unwrap())).unwrap();
+    assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
+    let named: Vec<(u64, String)> = out.samples.iter().map(|s| (s.time, names(s).join(";"))).collect();
+    let jit = "int32 [App] App::Hot()[OptimizedTier1]";
+    let other = "other.so+0x10";
+    let expected = [(10, jit), (20, jit), (30, other), (35, other), (40, other), (38, other)];
+    assert_eq!(named, expected.map(|(t, n)| (t, n.to_string())));
+}
+
 #[test]
 fn hidden_kernel_symbols_show_as_kernel_with_a_notice() {
     let scratch = Scratch::new("symbolize-hidden-kernel");

@@ -5,12 +5,11 @@
 //! is known, so its tar header goes into a stored block that is rewritten in place at the end. Every other entry
 //! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
 
-use super::deflate::{deflate_segment, stored_block, EchoDeflater, FINAL_BLOCK};
+use super::deflate::{deflate_segment, stored_block, Codec, EchoDeflater, FINAL_BLOCK};
 use crate::fs::Dir;
 use crate::repeats::Echo;
 use anyhow::{Context, Result};
 use crc32fast::Hasher as Crc;
-use flate2::Compression;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -132,14 +131,14 @@ impl Segment {
     }
 
     /// A segment of `parts`, one after the other (pieces of entries: the caller makes them whole).
-    pub fn of_bytes(level: Compression, parts: &[&[u8]]) -> Segment {
+    pub fn of_bytes(codec: Codec, parts: &[&[u8]]) -> Segment {
         let len = parts.iter().map(|p| p.len() as u64).sum();
-        let (compressed, crc) = deflate_segment(level, parts.iter().copied());
+        let (compressed, crc) = deflate_segment(codec, parts.iter().copied());
         Segment { compressed: Compressed::Memory(compressed), crc, len }
     }
 
     /// A segment of whole entries (header, content, padding each), ending the archive if `last`.
-    pub fn of_entries(level: Compression, entries: &[Entry], last: bool) -> Result<Segment> {
+    pub fn of_entries(codec: Codec, entries: &[Entry], last: bool) -> Result<Segment> {
         let mut headers = Vec::with_capacity(entries.len());
         for entry in entries {
             headers.push(match entry {
@@ -156,7 +155,7 @@ impl Segment {
         });
         let end: &[u8] = if last { end_of_archive() } else { &[] };
         let len = parts.clone().chain([end]).map(|p| p.len() as u64).sum();
-        let (compressed, crc) = deflate_segment(level, parts.chain([end]));
+        let (compressed, crc) = deflate_segment(codec, parts.chain([end]));
         Ok(Segment { compressed: Compressed::Memory(compressed), crc, len })
     }
 }

@@ -45,6 +45,12 @@ pub struct ReadStats {
 }
 
 impl ReadStats {
+    /// `n` records that were located and counted as read did not decode when read again (a skimmed sample's body).
+    pub fn undecodable_after_all(&mut self, n: u64) {
+        self.records -= n;
+        self.undecodable += n;
+    }
+
     /// What was skipped, one sentence per problem (empty when every byte of the data section was read).
     pub fn problems(&self) -> Vec<String> {
         let mut out = Vec::new();

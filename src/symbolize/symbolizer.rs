@@ -84,6 +84,23 @@ fn switch_entry(tid: u32, out: bool, preempted: bool) -> u64 {
     REPLAY_RECORD | REPLAY_SWITCH | (preempted as u64) << 33 | (out as u64) << 32 | tid as u64
 }
 
+/// A record read but not replayed yet (its round is not complete): a sample by its place in the data section
+/// (decoded when it is named), another record decoded.
+struct Waiting {
+    time: u64,
+    offset: u64,
+    record: Option<Record>,
+}
+
+/// Samples a loss record says were lost.
+fn lost_by(record: &Record) -> u64 {
+    match record {
+        Record::Lost(l) => l.lost,
+        Record::LostSamples { lost, .. } => *lost,
+        _ => 0,
+    }
+}
+
 /// How many replayed records apart the pages behind the replay are dropped (with stack copies of ~7 KB, about 2 MB:
 /// the mapped pages of perf.data, not the work, are what a long recording's peak RSS is made of).
 const RELEASE_EVERY: usize = 256;
@@ -242,9 +259,11 @@ impl Symbolizer {
         Some(usage)
     }
 
-    /// Names every sample of a recording and hands each to `f` as soon as it is named, in time order; only an
-    /// index of the records is kept, so memory does not grow with the length of the recording. Returns the run's
-    /// counters and warnings. An error from `f` ends the run.
+    /// Names every sample of a recording and hands each to `f` as soon as it is named, in time order. An on-CPU
+    /// recording is read once, a round at a time ([`replay_by_rounds`](Self::replay_by_rounds)); one whose
+    /// switch-outs are timed keeps an index of every record (see [`replay_timed`](Self::replay_timed)). Neither
+    /// keeps samples, so memory does not grow with the length of the recording. Returns the run's counters and
+    /// warnings. An error from `f` ends the run.
     pub fn for_each_sample(
         &mut self,
         reader: &PerfDataReader,
@@ -267,120 +286,10 @@ impl Symbolizer {
                     .to_string(),
             );
         }
-        let timing = switch_outs.measure() != super::Measure::OnCpu;
-        // (time, what): samples by their offset in the data section (decoded again when replayed), other records
-        // by their index in `records`, switch records packed whole.
-        let mut timeline: Vec<(u64, u64)> = Vec::new();
-        let mut records: Vec<Record> = Vec::new();
-        // Where each of `records` lies in the data section: with the samples' offsets, every entry's place in the file.
-        let mut record_offsets: Vec<u64> = Vec::new();
-        let mut last_time = 0u64;
-        let mut lost = 0u64;
-        // In a big recording, the pages each pass has read are dropped as it goes (they come back from the file if
-        // needed), so that memory does not grow with the recording. A small one stays mapped: mapping its pages
-        // again would cost more than the memory they take.
-        let release = reader.header().data.size > RELEASE_ABOVE;
-        let mut released_to = 0u64;
-        let mut read = reader.skim_records(|offset, r| {
-            if release && offset >= released_to + RELEASE_STEP {
-                reader.release_data_before(offset);
-                released_to = offset;
-            }
-            match r {
-                Skimmed::Sample { time, .. } => {
-                    last_time = time;
-                    timeline.push((time, offset));
-                }
-                Skimmed::Record(Record::Switch(w)) if timing => {
-                    if let (Some(time), Some(tid)) = (w.sample_id.time, w.sample_id.tid) {
-                        timeline.push((time, switch_entry(tid, w.out, w.preempt)));
-                    }
-                }
-                Skimmed::Record(r) => match &r {
-                    Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
-                        // Records without a time (no sample_id_all) keep their place after the previous one.
-                        let t = r.time().unwrap_or(last_time);
-                        last_time = t;
-                        timeline.push((t, REPLAY_RECORD | records.len() as u64));
-                        records.push(r);
-                        record_offsets.push(offset);
-                    }
-                    Record::Lost(l) => lost += l.lost,
-                    Record::LostSamples { lost: n, .. } => lost += n,
-                    _ => {}
-                },
-            }
-            Ok(())
-        })?;
-        self.stats.lost_samples = lost;
-        // Records with equal times keep their file order. Without switch entries (which have no place of their own)
-        // every entry's place in the file is known and distinct, so sorting by (time, place) is that stable sort done
-        // in place: no scratch copy of half the timeline (8 MB for a million samples).
-        if timing {
-            timeline.sort_by_key(|(t, _)| *t);
-        } else {
-            timeline.sort_unstable_by_key(|&(t, replay)| match replay & REPLAY_RECORD {
-                0 => (t, replay),
-                _ => (t, record_offsets[(replay & !REPLAY_RECORD) as usize]),
-            });
-        }
-        drop(record_offsets);
-        let intervals = match timing {
-            true => off_cpu_intervals(reader, &timeline, &records, &switch_outs),
-            false => Intervals::default(),
+        let read = match switch_outs.measure() {
+            super::Measure::OnCpu => self.replay_by_rounds(reader, &event_names, &mut f)?,
+            _ => self.replay_timed(reader, &switch_outs, &event_names, &mut f)?,
         };
-        // The replay drops the pages behind it as it moves on (records are written about in time order, so the
-        // lowest offset still to come keeps rising).
-        if release {
-            reader.release_data_before(u64::MAX);
-        }
-        // The lowest sample offset from each stretch of RELEASE_EVERY replayed records on.
-        let mut lowest_to_come = vec![u64::MAX; timeline.len() / RELEASE_EVERY + 1];
-        let mut lowest = u64::MAX;
-        for (i, &(_, replay)) in timeline.iter().enumerate().rev() {
-            if replay & REPLAY_RECORD == 0 {
-                lowest = lowest.min(replay);
-            }
-            if i % RELEASE_EVERY == 0 {
-                lowest_to_come[i / RELEASE_EVERY] = lowest;
-            }
-        }
-        // One sample's buffers (its stack copy can be KBs), reused for every sample.
-        let mut sample = Sample::default();
-        for (i, &(_, replay)) in timeline.iter().enumerate() {
-            if release && i % RELEASE_EVERY == 0 {
-                reader.release_data_before(lowest_to_come[i / RELEASE_EVERY]);
-            }
-            match replay & (REPLAY_RECORD | REPLAY_SWITCH) {
-                0 => {
-                    let Ok(stack) = reader.sample_at(replay, &mut sample) else {
-                        // Located by the first pass, but its body does not decode.
-                        read.records -= 1;
-                        read.undecodable += 1;
-                        continue;
-                    };
-                    let s = &mut sample;
-                    let event = reader.sample_formats().event_index(s.id);
-                    let mut off_cpu = None;
-                    if switch_outs.times(event) {
-                        // A switch-out weighs the time until its thread ran again; one without is left out.
-                        let Some(interval) = intervals.get(i) else { continue };
-                        off_cpu = Some(switch_outs.state(event, s, interval));
-                        s.period = interval.end.saturating_sub(s.time);
-                        self.stats.switch_outs += 1;
-                    }
-                    f(self.resolve(s, stack, event_names[event].clone(), off_cpu))?;
-                }
-                REPLAY_RECORD => self.observe(&records[(replay & !REPLAY_RECORD) as usize]),
-                _ => {}
-            }
-        }
-        if intervals.unmatched > 0 {
-            tracing::info!(
-                "{} switch-outs had no switch-in to time them (lost records, or a thread's last) and were left out",
-                intervals.unmatched
-            );
-        }
         // What only the replay needed goes now, before the stages that follow it take their memory.
         reader.release_data_before(u64::MAX);
         self.stacks = FxHashMap::default();
@@ -407,6 +316,204 @@ impl Symbolizer {
         let mut stats = std::mem::take(&mut self.stats);
         stats.warnings = std::mem::take(&mut self.sources.warnings.list);
         Ok(stats)
+    }
+
+    /// Replays an on-CPU recording as it is read, a round at a time: the recorder ends each pass over its ring
+    /// buffers with a `PERF_RECORD_FINISHED_ROUND`, and every record written after that was timed after the round
+    /// before it ended. So at the end of a round, what is timed up to the latest time seen by the end of the round
+    /// before is complete: it is sorted by (time, place in the file) and named (perf's rule for the same record).
+    /// One pass over perf.data, with about two rounds of records waiting; a recording without rounds waits whole.
+    fn replay_by_rounds(
+        &mut self,
+        reader: &PerfDataReader,
+        event_names: &[Arc<str>],
+        f: &mut impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<ReadStats> {
+        let mut waiting: Vec<Waiting> = Vec::new();
+        // Everything timed up to `complete_to` is read once the current round ends; `latest` is the latest time read.
+        let (mut complete_to, mut latest, mut last_time) = (None, 0u64, 0u64);
+        let mut lost = 0u64;
+        let mut undecodable = 0u64;
+        // One sample's buffers (its stack copy can be KBs), reused for every sample.
+        let mut sample = Sample::default();
+        // In a big recording, the pages behind what is still waiting are dropped as the pass goes on (they come
+        // back from the file if needed), so that memory does not grow with the recording. A small one stays
+        // mapped: mapping its pages again would cost more than the memory they take.
+        let release = reader.header().data.size > RELEASE_ABOVE;
+        let mut released_to = 0u64;
+        let mut read = reader.skim_records(|offset, r| {
+            match r {
+                Skimmed::Sample { time, .. } => {
+                    last_time = time;
+                    latest = latest.max(time);
+                    waiting.push(Waiting { time, offset, record: None });
+                }
+                Skimmed::Record(Record::FinishedRound) => {
+                    if let Some(limit) = complete_to {
+                        let done = self.replay_waiting(reader, &mut waiting, limit, &mut sample, event_names, f)?;
+                        undecodable += done;
+                    }
+                    complete_to = Some(latest);
+                }
+                Skimmed::Record(r) => match &r {
+                    Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
+                        // Records without a time (no sample_id_all) keep their place after the previous one.
+                        let time = r.time().unwrap_or(last_time);
+                        last_time = time;
+                        latest = latest.max(time);
+                        waiting.push(Waiting { time, offset, record: Some(r) });
+                    }
+                    _ => lost += lost_by(&r),
+                },
+            }
+            if release && offset >= released_to + RELEASE_STEP {
+                let lowest_waiting = waiting.iter().map(|w| w.offset).min().unwrap_or(offset);
+                reader.release_data_before(lowest_waiting.min(offset));
+                released_to = offset;
+            }
+            Ok(())
+        })?;
+        undecodable += self.replay_waiting(reader, &mut waiting, u64::MAX, &mut sample, event_names, f)?;
+        read.undecodable_after_all(undecodable);
+        self.stats.lost_samples = lost;
+        Ok(read)
+    }
+
+    /// Names (or applies) the waiting records timed up to `limit`, in (time, place in the file) order, and takes
+    /// them out of `waiting`; returns how many of those samples did not decode.
+    fn replay_waiting(
+        &mut self,
+        reader: &PerfDataReader,
+        waiting: &mut Vec<Waiting>,
+        limit: u64,
+        sample: &mut Sample,
+        event_names: &[Arc<str>],
+        f: &mut impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<u64> {
+        // Most of it is in order already (what waited from the round before, then each CPU's records in turn).
+        waiting.sort_unstable_by_key(|w| (w.time, w.offset));
+        let ready = waiting.partition_point(|w| w.time <= limit);
+        let mut undecodable = 0;
+        for w in waiting.drain(..ready) {
+            match w.record {
+                Some(record) => self.observe(&record),
+                None => {
+                    let Ok(stack) = reader.sample_at(w.offset, sample) else {
+                        undecodable += 1;
+                        continue;
+                    };
+                    let event = reader.sample_formats().event_index(sample.id);
+                    f(self.resolve(sample, stack, event_names[event].clone(), None))?;
+                }
+            }
+        }
+        Ok(undecodable)
+    }
+
+    /// Replays a recording whose switch-outs are timed: each switch-out weighs the time until its thread ran
+    /// again, which may be recorded any number of rounds later, so a first pass indexes every record (16 bytes each)
+    /// and sorts the index by time, then the replay follows it.
+    fn replay_timed(
+        &mut self,
+        reader: &PerfDataReader,
+        switch_outs: &SwitchOuts,
+        event_names: &[Arc<str>],
+        f: &mut impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<ReadStats> {
+        // (time, what): samples by their offset in the data section (decoded again when replayed), other records
+        // by their index in `records`, switch records packed whole.
+        let mut timeline: Vec<(u64, u64)> = Vec::new();
+        let mut records: Vec<Record> = Vec::new();
+        let mut last_time = 0u64;
+        let mut lost = 0u64;
+        // In a big recording, the pages each pass has read are dropped as it goes (they come back from the file if
+        // needed), so that memory does not grow with the recording. A small one stays mapped: mapping its pages
+        // again would cost more than the memory they take.
+        let release = reader.header().data.size > RELEASE_ABOVE;
+        let mut released_to = 0u64;
+        let mut read = reader.skim_records(|offset, r| {
+            if release && offset >= released_to + RELEASE_STEP {
+                reader.release_data_before(offset);
+                released_to = offset;
+            }
+            match r {
+                Skimmed::Sample { time, .. } => {
+                    last_time = time;
+                    timeline.push((time, offset));
+                }
+                Skimmed::Record(Record::Switch(w)) => {
+                    if let (Some(time), Some(tid)) = (w.sample_id.time, w.sample_id.tid) {
+                        timeline.push((time, switch_entry(tid, w.out, w.preempt)));
+                    }
+                }
+                Skimmed::Record(r) => match &r {
+                    Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
+                        // Records without a time (no sample_id_all) keep their place after the previous one.
+                        let t = r.time().unwrap_or(last_time);
+                        last_time = t;
+                        timeline.push((t, REPLAY_RECORD | records.len() as u64));
+                        records.push(r);
+                    }
+                    _ => lost += lost_by(&r),
+                },
+            }
+            Ok(())
+        })?;
+        self.stats.lost_samples = lost;
+        // Records with equal times keep their file order (switch entries have no place of their own to sort by).
+        timeline.sort_by_key(|(t, _)| *t);
+        let intervals = off_cpu_intervals(reader, &timeline, &records, switch_outs);
+        // The replay drops the pages behind it as it moves on (records are written about in time order, so the
+        // lowest offset still to come keeps rising).
+        if release {
+            reader.release_data_before(u64::MAX);
+        }
+        // The lowest sample offset from each stretch of RELEASE_EVERY replayed records on.
+        let mut lowest_to_come = vec![u64::MAX; timeline.len() / RELEASE_EVERY + 1];
+        let mut lowest = u64::MAX;
+        for (i, &(_, replay)) in timeline.iter().enumerate().rev() {
+            if replay & REPLAY_RECORD == 0 {
+                lowest = lowest.min(replay);
+            }
+            if i % RELEASE_EVERY == 0 {
+                lowest_to_come[i / RELEASE_EVERY] = lowest;
+            }
+        }
+        // One sample's buffers (its stack copy can be KBs), reused for every sample.
+        let mut sample = Sample::default();
+        for (i, &(_, replay)) in timeline.iter().enumerate() {
+            if release && i % RELEASE_EVERY == 0 {
+                reader.release_data_before(lowest_to_come[i / RELEASE_EVERY]);
+            }
+            match replay & (REPLAY_RECORD | REPLAY_SWITCH) {
+                0 => {
+                    let Ok(stack) = reader.sample_at(replay, &mut sample) else {
+                        read.undecodable_after_all(1);
+                        continue;
+                    };
+                    let s = &mut sample;
+                    let event = reader.sample_formats().event_index(s.id);
+                    let mut off_cpu = None;
+                    if switch_outs.times(event) {
+                        // A switch-out weighs the time until its thread ran again; one without is left out.
+                        let Some(interval) = intervals.get(i) else { continue };
+                        off_cpu = Some(switch_outs.state(event, s, interval));
+                        s.period = interval.end.saturating_sub(s.time);
+                        self.stats.switch_outs += 1;
+                    }
+                    f(self.resolve(s, stack, event_names[event].clone(), off_cpu))?;
+                }
+                REPLAY_RECORD => self.observe(&records[(replay & !REPLAY_RECORD) as usize]),
+                _ => {}
+            }
+        }
+        if intervals.unmatched > 0 {
+            tracing::info!(
+                "{} switch-outs had no switch-in to time them (lost records, or a thread's last) and were left out",
+                intervals.unmatched
+            );
+        }
+        Ok(read)
     }
 
     /// Applies a non-sample record (call in time order).

@@ -310,7 +310,7 @@ impl RepeatDeflater {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{deflate_segment, stored_block, FINAL_BLOCK};
+    use super::super::{deflate_segment, stored_block, Codec, FINAL_BLOCK};
     use super::*;
     use flate2::Compression;
     use std::io::Read;
@@ -467,8 +467,8 @@ mod tests {
         a.feed(&text, &spans);
         let (first, _) = a.finish();
         let header = stored_block(&[b'h'; 512]);
-        let (second, _) = deflate_segment(Compression::fast(), [&text[..1000], &text[1000..]]);
-        let (third, _) = deflate_segment(Compression::default(), [&b""[..]]);
+        let (second, _) = deflate_segment(Codec::Miniz(Compression::fast()), [&text[..1000], &text[1000..]]);
+        let (third, _) = deflate_segment(Codec::Miniz(Compression::default()), [&b""[..]]);
         let stream = join(&[header, first, second, third]);
         let mut expected = vec![b'h'; 512];
         expected.extend_from_slice(&text);

@@ -19,6 +19,7 @@ mod script_file;
 
 pub use perf_data_follower::PerfDataFollower;
 
+use crate::archive::deflate::Codec;
 use crate::archive::tarball::{self, Segment, Tarball};
 use crate::fs::{Dir, Kind, Limit, Staging};
 use crate::perf_data::echoes::StackEchoes;
@@ -326,7 +327,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         }
         let entries: Vec<tarball::Entry> =
             files.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
-        let segment = Segment::of_entries(Compression::fast(), &entries, false)?;
+        let segment = Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, false)?;
         Ok((files, segment))
     };
     let draw = || -> Result<Vec<OutputFile>> {
@@ -369,7 +370,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         archive.append(segment)?;
     }
     archive.append(&folded_segment)?;
-    archive.append(&Segment::of_entries(Compression::fast(), &entries, true)?)?;
+    archive.append(&Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, true)?)?;
     archive.finish(&tarball::tar_header(Path::new(report::PERF_SCRIPT_FILE), script_len, now, false)?)?;
 
     tracing::debug!("archive finished after {:.1?}", begun.elapsed());
@@ -463,7 +464,7 @@ fn naming_segment(dir: &Dir) -> Result<Segment> {
             (Naming::File(..), None) => continue,
         });
     }
-    Segment::of_entries(Compression::fast(), &entries, false)
+    Segment::of_entries(Codec::Probe, &entries, false)
 }
 
 /// A file or folder of what names the frames (`symbols/`, or perf maps beside a `perf record` perf.data).

@@ -8,6 +8,7 @@
 //! own at the end, before the followed one, which ends with the feature sections written last.
 
 use super::PERF_DATA_FILE;
+use crate::archive::deflate::Codec;
 use crate::archive::tarball::{self, Segment, SegmentWriter};
 use crate::fs::{Dir, Limit};
 use crate::perf_data::echoes::StackEchoes;
@@ -141,7 +142,7 @@ fn follow(
     let mut head = vec![0u8; data_start as usize];
     file.read_exact_at(&mut head, 0).with_context(read_error)?;
     let entry = tarball::tar_header(Path::new(PERF_DATA_FILE), len, tarball::mtime_of(&meta), false)?;
-    let header_and_attrs = Segment::of_bytes(Compression::fast(), &[&entry, &head]);
+    let header_and_attrs = Segment::of_bytes(Codec::Miniz(Compression::fast()), &[&entry, &head]);
     Ok(vec![header_and_attrs, records_and_rest])
 }
 
