@@ -3,7 +3,7 @@
 //! frames; jitdump, then perf map for JIT code; the mapped file's symbols for code in files (ELF symbols, a
 //! ReadyToRun image's methods; unnamed code grouped by function, see [`dso`](super::dso)).
 
-use super::address_space::{FileId, MapKind, Mapping, Processes};
+use super::address_space::{AddressSpace, FileId, MapKind, Mapping, Processes};
 use super::dso::FileHit;
 use super::kallsyms::KERNEL_MODULE;
 use super::off_cpu::{IntervalPass, Intervals, SwitchOuts};
@@ -20,6 +20,7 @@ use crate::perf_data::abi::{REGS_ABI_64, REG_X86_BP, REG_X86_IP, REG_X86_SP};
 use crate::perf_data::{BuildIdEntry, PerfDataReader, ReadStats, Record, Sample, Skimmed};
 use anyhow::Result;
 use rustc_hash::FxHashMap;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
@@ -541,8 +542,14 @@ impl Symbolizer {
         };
         let Some(process) = self.processes.get(s.pid) else { return false };
         let space = (process.space.id, process.space.generation);
-        let mut modules =
-            Modules { pid: s.pid, processes: &self.processes, sources: &mut self.sources, cfi: &mut self.cfi };
+        let mut modules = Modules {
+            pid: s.pid,
+            processes: &self.processes,
+            space: &process.space,
+            last: Cell::new(None),
+            sources: &mut self.sources,
+            cfi: &mut self.cfi,
+        };
         let walk = self.walker.walk(space, &mut modules, UserRegs { ip, sp, bp }, stack, &s.callchain);
         self.stats.unwind.count(walk.end);
         let kernel_part = s.callchain.iter().position(|&a| a == CONTEXT_USER).unwrap_or(s.callchain.len());
@@ -833,8 +840,23 @@ fn off_cpu_intervals(
 struct Modules<'a> {
     pid: u32,
     processes: &'a Processes,
+    space: &'a AddressSpace,
+    /// The mapping last looked up: a walk asks about the same mapping several times a frame (is the return address
+    /// code, where does its mapping start, which module), and its frames lie in a few mappings.
+    last: Cell<Option<&'a Mapping>>,
     sources: &'a mut Sources,
     cfi: &'a mut CfiFiles,
+}
+
+impl<'a> Modules<'a> {
+    fn find(&self, addr: u64) -> Option<&'a Mapping> {
+        if let Some(m) = self.last.get().filter(|m| (m.start..m.end).contains(&addr)) {
+            return Some(m);
+        }
+        let m = self.space.find(addr)?;
+        self.last.set(Some(m));
+        Some(m)
+    }
 }
 
 /// A mapped file as its unwind info is read from the live system.
@@ -857,19 +879,16 @@ impl LiveFile for LiveMapped<'_> {
 
 impl ModuleSource for Modules<'_> {
     fn mapping_start(&self, addr: u64) -> Option<u64> {
-        let m = self.processes.get(self.pid)?.space.find(addr)?;
+        let m = self.find(addr)?;
         (m.kind == MapKind::File).then_some(m.start)
     }
 
     fn is_code(&self, addr: u64) -> bool {
-        self.processes
-            .get(self.pid)
-            .and_then(|p| p.space.find(addr))
-            .is_some_and(|m| matches!(m.kind, MapKind::File | MapKind::Jit | MapKind::Vdso))
+        self.find(addr).is_some_and(|m| matches!(m.kind, MapKind::File | MapKind::Jit | MapKind::Vdso))
     }
 
     fn module_at(&mut self, addr: u64) -> Option<CodeModule> {
-        let m = self.processes.get(self.pid)?.space.find(addr)?;
+        let m = self.find(addr)?;
         let mut live = LiveMapped { sources: &mut *self.sources, processes: self.processes, pid: self.pid, mapping: m };
         let cfi = self.cfi.get(&m.file, &mut live)?;
         let base_avma = cfi.bias(m.start, m.pgoff)?;
