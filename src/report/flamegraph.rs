@@ -261,7 +261,7 @@ fn drawn_only(lines: &[String], total: u64, min_width_percent: f64) -> Option<Ve
         close_from(shared, &mut open, time, i);
         let frames = memchr::memchr_iter(b';', stack).count() + 1;
         open.resize(frames.max(shared), (time, i));
-        time += count;
+        time = time.saturating_add(count);
         before = stack;
     }
     close_from(0, &mut open, time, stacks.len());
@@ -273,7 +273,7 @@ fn drawn_only(lines: &[String], total: u64, min_width_percent: f64) -> Option<Ve
             None => stack,
         };
         match out.last_mut() {
-            Some((last, n)) if *last == cut => *n += count,
+            Some((last, n)) if *last == cut => *n = n.saturating_add(count),
             _ => out.push((cut, count)),
         }
     }

@@ -212,7 +212,7 @@ impl Folder {
         let Some(slot) = slot else { return };
         let leaf = self.leaves[slot as usize] as usize;
         let weight = self.weight.of(sample);
-        self.counts[slot as usize] += weight;
+        self.counts[slot as usize] = self.counts[slot as usize].saturating_add(weight);
         if self.leaf_samples.len() <= leaf {
             self.leaf_samples.resize(leaf + 1, 0);
         }
@@ -226,7 +226,7 @@ impl Folder {
     /// Notes where a time-weighted sample's time went: the leaf on the CPU, the waiting frame off it.
     fn add_time(&mut self, sample: &ResolvedSample, root: Root, slot: usize, weight: u64) {
         let off = sample.off_cpu.is_some() as usize;
-        self.slot_time[slot][off] += weight;
+        self.slot_time[slot][off] = self.slot_time[slot][off].saturating_add(weight);
         let label = match self.slot_labels[slot][off] {
             Some(label) => label,
             None => {
@@ -246,7 +246,7 @@ impl Folder {
         };
         let entry = self.time_by_label.entry((label, state)).or_default();
         entry.0 += 1;
-        entry.1 += weight;
+        entry.1 = entry.1.saturating_add(weight);
     }
 
     /// The slot of the sample's folded stack (made on first sight); `None` when it has no folded line.
@@ -295,7 +295,7 @@ impl Folder {
             .into_iter()
             .map(|(ids, slot)| {
                 let count = counts[slot as usize];
-                total += count;
+                total = total.saturating_add(count);
                 let mut line = String::with_capacity(ids.len() * 24);
                 let time = slot_time.get(slot as usize).copied();
                 for (i, &id) in ids.iter().enumerate() {
@@ -306,8 +306,8 @@ impl Folder {
                     used[id as usize] = true;
                     if let (Some(time), Some(total)) = (time, name_time.get_mut(id as usize)) {
                         if !ids[..i].contains(&id) {
-                            total[0] += time[0];
-                            total[1] += time[1];
+                            total[0] = total[0].saturating_add(time[0]);
+                            total[1] = total[1].saturating_add(time[1]);
                         }
                     }
                 }

@@ -42,8 +42,9 @@ pub fn from_folded(folded: &Folded, n: usize) -> TopFrames {
 
 /// The `n` frames (with their state) where the most time went, most first (ties by name).
 fn by_time(folded: &Folded, n: usize) -> TopFrames {
-    let total: u64 = folded.time_by_frame().iter().map(|t| t.weight).sum();
-    let off: u64 = folded.time_by_frame().iter().filter(|t| t.state.is_some()).map(|t| t.weight).sum();
+    let total = folded.time_by_frame().iter().fold(0u64, |sum, t| sum.saturating_add(t.weight));
+    let off =
+        folded.time_by_frame().iter().filter(|t| t.state.is_some()).fold(0u64, |sum, t| sum.saturating_add(t.weight));
     let mut rows: Vec<HotFrame> = folded
         .time_by_frame()
         .iter()
@@ -196,5 +197,28 @@ mod tests {
         let text = table.to_string();
         assert!(text.starts_with("Where the time went (wall clock: 2.000 s on the CPU, 3.500 s off it;"), "{text}");
         assert!(text.contains("   3.000 s   54.5%  blocked   void [App] Handler::Wait"), "{text}");
+    }
+
+    /// Times a hostile perf.data gives (a switch-out's interval ending near 2^64 ns) add up to their ceiling, not
+    /// past it: the folded stacks, the table and the flame graph's cut count with them (found by fuzzing: an
+    /// overflow panic with checks on, wrapped sums in a release build).
+    #[test]
+    fn times_near_the_limit_add_up_without_overflow() {
+        let wait = frame("void [App] Handler::Wait()", "/tmp/perf-1.map", FrameKind::Jit);
+        let mut folder = Folder::new(&FoldOptions { weight: Weight::Time, all_events: true, ..FoldOptions::default() });
+        let mut huge = sample(vec![wait.clone()], 0, Some(OffCpuState::Blocked));
+        huge.period = u64::MAX;
+        // A time weighs its µs: u64::MAX ns is 2^64 / 1000 µs, and 1001 of them pass 2^64.
+        for _ in 0..1001 {
+            folder.add(&huge);
+        }
+        folder.add(&sample(vec![wait], 1, None));
+        let folded = folder.finish();
+        assert_eq!(folded.total(), u64::MAX);
+        let table = from_folded(&folded, 5);
+        assert_eq!(table.rows[0].micros, u64::MAX);
+        let mut svg = Vec::new();
+        crate::report::flamegraph::write_svg(&folded, &crate::report::flamegraph::FlameOptions::default(), &mut svg)
+            .unwrap();
     }
 }

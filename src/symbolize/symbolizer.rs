@@ -86,12 +86,15 @@ fn switch_entry(tid: u32, out: bool, preempted: bool) -> u64 {
 }
 
 /// A record read but not replayed yet (its round is not complete): a sample by its place in the data section
-/// (decoded when it is named), another record decoded.
+/// (decoded when it is named), another record decoded (boxed: a recording without rounds waits whole, and samples
+/// are most of it).
 struct Waiting {
     time: u64,
     offset: u64,
-    record: Option<Record>,
+    record: Option<Box<Record>>,
 }
+
+const _: () = assert!(std::mem::size_of::<Waiting>() == 24, "a waiting sample takes 24 bytes");
 
 /// Samples a loss record says were lost.
 fn lost_by(record: &Record) -> u64 {
@@ -362,7 +365,7 @@ impl Symbolizer {
                         let time = r.time().unwrap_or(last_time);
                         last_time = time;
                         latest = latest.max(time);
-                        waiting.push(Waiting { time, offset, record: Some(r) });
+                        waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });
                     }
                     _ => lost += lost_by(&r),
                 },
