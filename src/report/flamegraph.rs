@@ -159,8 +159,13 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
         let (r, g, b) = if cold { cold_color(Some(kind), name) } else { frame_color(Some(kind), name) };
         palette.insert(name, rgb(r, g, b));
     }
+    // inferno adds the counts up in 64 bits: weights a hostile recording gives can pass that together, and are then
+    // drawn in proportion (halved until their sum fits).
+    let sum: u128 = folded.stacks().iter().map(|&(_, count)| u128::from(count)).sum();
+    let halvings = (u128::BITS - sum.leading_zeros()).saturating_sub(u64::BITS);
     let mut lines = Vec::with_capacity(folded.stacks().len());
     for (stack, count) in folded.stacks() {
+        let count = count >> halvings;
         let root = stack.split(';').next().unwrap_or_default();
         if palette.get(root).is_none() {
             let (r, g, b) = match opts.palette {
@@ -181,7 +186,8 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
     }
     // In inferno's order (its own sort, cheap on lines that are sorted already), then cut to what it would draw.
     lines.sort_unstable();
-    let lines = match drawn_only(&lines, folded.total(), opts.min_width_percent) {
+    let total = u64::try_from(sum >> halvings).unwrap_or(u64::MAX);
+    let lines = match drawn_only(&lines, total, opts.min_width_percent) {
         Some(cut) => cut,
         None => lines,
     };

@@ -200,25 +200,37 @@ mod tests {
     }
 
     /// Times a hostile perf.data gives (a switch-out's interval ending near 2^64 ns) add up to their ceiling, not
-    /// past it: the folded stacks, the table and the flame graph's cut count with them (found by fuzzing: an
-    /// overflow panic with checks on, wrapped sums in a release build).
+    /// past it, in the folded stacks and the table; the flame graph, whose sums inferno makes in 64 bits, draws such
+    /// stacks in proportion. Found by fuzzing postprocess: overflow panics with checks on, and in a release build
+    /// wrapped sums (each of the two stacks drawn at 100 %).
     #[test]
     fn times_near_the_limit_add_up_without_overflow() {
         let wait = frame("void [App] Handler::Wait()", "/tmp/perf-1.map", FrameKind::Jit);
+        let work = frame("void [App] Handler::Work()", "/tmp/perf-1.map", FrameKind::Jit);
         let mut folder = Folder::new(&FoldOptions { weight: Weight::Time, all_events: true, ..FoldOptions::default() });
-        let mut huge = sample(vec![wait.clone()], 0, Some(OffCpuState::Blocked));
-        huge.period = u64::MAX;
         // A time weighs its µs: u64::MAX ns is 2^64 / 1000 µs, and 1001 of them pass 2^64.
-        for _ in 0..1001 {
-            folder.add(&huge);
+        for frames in [vec![wait], vec![work]] {
+            let mut huge = sample(frames, 0, Some(OffCpuState::Blocked));
+            huge.period = u64::MAX;
+            for _ in 0..1001 {
+                folder.add(&huge);
+            }
         }
-        folder.add(&sample(vec![wait], 1, None));
         let folded = folder.finish();
         assert_eq!(folded.total(), u64::MAX);
+        assert_eq!(folded.stacks().iter().map(|(_, n)| *n).collect::<Vec<_>>(), [u64::MAX, u64::MAX]);
         let table = from_folded(&folded, 5);
         assert_eq!(table.rows[0].micros, u64::MAX);
+        // Drawn in proportion: each stack half of the graph.
         let mut svg = Vec::new();
         crate::report::flamegraph::write_svg(&folded, &crate::report::flamegraph::FlameOptions::default(), &mut svg)
             .unwrap();
+        let svg = String::from_utf8(svg).unwrap();
+        let titles: Vec<&str> =
+            svg.match_indices("<title>").map(|(at, _)| &svg[at..at + svg[at..].find("</title>").unwrap()]).collect();
+        assert!(
+            titles.contains(&"<title>void [App] Handler::Wait (9,223,372,036,854,775,808 samples, 50.00%)"),
+            "{titles:?}"
+        );
     }
 }
