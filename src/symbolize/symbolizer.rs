@@ -345,17 +345,21 @@ impl Symbolizer {
         // mapped: mapping its pages again would cost more than the memory they take.
         let release = reader.header().data.size > RELEASE_ABOVE;
         let mut released_to = 0u64;
+        // The lowest place in the file of what waits (records are read in file order, so only a replay changes it).
+        let mut lowest_waiting = None;
         let mut read = reader.skim_records(|offset, r| {
             match r {
                 Skimmed::Sample { time, .. } => {
                     last_time = time;
                     latest = latest.max(time);
                     waiting.push(Waiting { time, offset, record: None });
+                    lowest_waiting.get_or_insert(offset);
                 }
                 Skimmed::Record(Record::FinishedRound) => {
                     if let Some(limit) = complete_to {
                         let done = self.replay_waiting(reader, &mut waiting, limit, &mut sample, event_names, f)?;
                         undecodable += done;
+                        lowest_waiting = waiting.iter().map(|w| w.offset).min();
                     }
                     complete_to = Some(latest);
                 }
@@ -366,13 +370,13 @@ impl Symbolizer {
                         last_time = time;
                         latest = latest.max(time);
                         waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });
+                        lowest_waiting.get_or_insert(offset);
                     }
                     _ => lost += lost_by(&r),
                 },
             }
             if release && offset >= released_to + RELEASE_STEP {
-                let lowest_waiting = waiting.iter().map(|w| w.offset).min().unwrap_or(offset);
-                reader.release_data_before(lowest_waiting.min(offset));
+                reader.release_data_before(lowest_waiting.unwrap_or(offset));
                 released_to = offset;
             }
             Ok(())
