@@ -96,6 +96,17 @@ struct Waiting {
 
 const _: () = assert!(std::mem::size_of::<Waiting>() == 24, "a waiting sample takes 24 bytes");
 
+/// When a record the replay applies (a mapping, a name, a fork or an exit) takes effect; `None` for any other.
+/// Records without a time (no sample_id_all) keep their place after the previous one, timed `last_time`.
+fn replayed_at(record: &Record, last_time: u64) -> Option<u64> {
+    match record {
+        Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
+            Some(record.time().unwrap_or(last_time))
+        }
+        _ => None,
+    }
+}
+
 /// Samples a loss record says were lost.
 fn lost_by(record: &Record) -> u64 {
     match record {
@@ -363,16 +374,14 @@ impl Symbolizer {
                     }
                     complete_to = Some(latest);
                 }
-                Skimmed::Record(r) => match &r {
-                    Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
-                        // Records without a time (no sample_id_all) keep their place after the previous one.
-                        let time = r.time().unwrap_or(last_time);
+                Skimmed::Record(r) => match replayed_at(&r, last_time) {
+                    Some(time) => {
                         last_time = time;
                         latest = latest.max(time);
                         waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });
                         lowest_waiting.get_or_insert(offset);
                     }
-                    _ => lost += lost_by(&r),
+                    None => lost += lost_by(&r),
                 },
             }
             if release && offset >= released_to + RELEASE_STEP {
@@ -454,15 +463,13 @@ impl Symbolizer {
                         timeline.push((time, switch_entry(tid, w.out, w.preempt)));
                     }
                 }
-                Skimmed::Record(r) => match &r {
-                    Record::Mmap(_) | Record::Comm(_) | Record::Fork(_) | Record::Exit(_) => {
-                        // Records without a time (no sample_id_all) keep their place after the previous one.
-                        let t = r.time().unwrap_or(last_time);
-                        last_time = t;
-                        timeline.push((t, REPLAY_RECORD | records.len() as u64));
+                Skimmed::Record(r) => match replayed_at(&r, last_time) {
+                    Some(time) => {
+                        last_time = time;
+                        timeline.push((time, REPLAY_RECORD | records.len() as u64));
                         records.push(r);
                     }
-                    _ => lost += lost_by(&r),
+                    None => lost += lost_by(&r),
                 },
             }
             Ok(())
