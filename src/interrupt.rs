@@ -77,10 +77,17 @@ struct State {
     abort_pending: Option<i32>,
     /// Folders an abort removes (whole), registered by the stage that made them.
     remove_on_abort: Vec<PathBuf>,
+    /// Folders an abort removes until the outputs are published, whatever the stage (a staging folder).
+    remove_until_published: Vec<PathBuf>,
 }
 
-static STATE: Mutex<State> =
-    Mutex::new(State { stage: Stage::Starting, handled: 0, abort_pending: None, remove_on_abort: Vec::new() });
+static STATE: Mutex<State> = Mutex::new(State {
+    stage: Stage::Starting,
+    handled: 0,
+    abort_pending: None,
+    remove_on_abort: Vec::new(),
+    remove_until_published: Vec::new(),
+});
 
 /// Written by the signal handler (so only an atomic): the first signal.
 static FIRST: AtomicI32 = AtomicI32::new(0);
@@ -201,7 +208,7 @@ fn on_signal(sig: i32, after_sampling: bool) {
 /// Removes what the stage registered, says `line` and ends the process with the signal's exit status. The lock is
 /// held until the exit, so nothing registered can be made again in between.
 fn abort(state: MutexGuard<'static, State>, sig: i32, line: &str) -> ! {
-    for dir in &state.remove_on_abort {
+    for dir in state.remove_on_abort.iter().chain(&state.remove_until_published) {
         remove_tree(dir);
     }
     eprintln!("{}", crate::escape::line(line));
@@ -284,6 +291,15 @@ pub fn remove_on_abort<T, E>(dir: &Path, make: impl FnOnce() -> Result<T, E>) ->
     Ok(made)
 }
 
+/// Like [`remove_on_abort`], but `dir` stays registered through later stages until [`publish`]: a staging folder
+/// made while sampling still runs (collect makes its outputs while it records) holds nothing complete until then.
+pub fn remove_until_published<T, E>(dir: &Path, make: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let mut state = lock();
+    let made = make()?;
+    state.remove_until_published.push(dir.to_owned());
+    Ok(made)
+}
+
 /// Runs `publish` (which moves finished outputs into place) with no abort in between, and marks the run
 /// [`Stage::Done`] when it succeeds: an abort comes before the first output is replaced or not at all.
 pub fn publish<T, E>(publish: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
@@ -291,6 +307,7 @@ pub fn publish<T, E>(publish: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
     let published = publish()?;
     state.stage = Stage::Done;
     state.remove_on_abort.clear();
+    state.remove_until_published.clear();
     Ok(published)
 }
 

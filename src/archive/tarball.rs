@@ -3,7 +3,9 @@
 //!
 //! The first entry (perf_script.out) is streamed: its content is compressed while it is written, before its size
 //! is known, so its tar header goes into a stored block that is rewritten in place at the end. Every other entry
-//! comes as a finished segment. The CRC-32 of the whole is combined from the pieces' CRCs.
+//! comes as a finished segment — but for one that may be compressed at the same time as the first, far into the
+//! file ([`FarEntry`]: a recording's perf.data, hundreds of MB compressed), and joined to what precedes it without
+//! copying. The CRC-32 of the whole is combined from the pieces' CRCs.
 
 use super::deflate::{deflate_segment, stored_block, Codec, EchoDeflater, FINAL_BLOCK};
 use crate::fs::Dir;
@@ -12,7 +14,7 @@ use anyhow::{Context, Result};
 use crc32fast::Hasher as Crc;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -58,6 +60,85 @@ fn copy_spilled(mut from: &File, len: u64, to: &mut File) -> std::io::Result<()>
     }
 }
 
+/// Where a gap that starts at `end` may begin so that it can be collapsed (a multiple of `align`), leaving room
+/// for deflate blocks that decode to nothing ([`no_op_blocks`]: none, or 5–7, 9 or more bytes).
+fn collapse_start(end: u64, align: u64) -> u64 {
+    let start = end.div_ceil(align) * align;
+    match start - end {
+        1..=4 | 8 => start + align,
+        _ => start,
+    }
+}
+
+/// Deflate blocks, `len` bytes in all (0, 5–7, or 9 and more), that decode to nothing: groups of k empty blocks of
+/// fixed codes (10 bits each) and an empty stored block (which pads to the byte), 5, 6, 7 or 9 bytes for k = 0–3.
+fn no_op_blocks(mut len: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while len > 0 {
+        let group = match len {
+            5..=7 | 9 => len,
+            _ if !matches!(len - 5, 1..=4 | 8) => 5,
+            _ => 6,
+        };
+        let fixed_blocks = match group {
+            9 => 3,
+            g => g - 5,
+        };
+        let mut bits = vec![0u8; ((10 * fixed_blocks + 3) as usize).div_ceil(8)];
+        for i in 0..fixed_blocks as usize {
+            // BFINAL = 0, BTYPE = 01 (fixed codes), then end-of-block (seven zero bits).
+            bits[(10 * i + 1) / 8] |= 1 << ((10 * i + 1) % 8);
+        }
+        out.extend_from_slice(&bits);
+        out.extend_from_slice(&[0, 0, 0xff, 0xff]);
+        len -= group;
+    }
+    out
+}
+
+/// Removes `len` bytes of `file` at `offset` (both multiples of its block size), moving what follows down
+/// without copying it.
+fn collapse_range(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let (offset, len) = (i64::try_from(offset).unwrap_or(i64::MAX), i64::try_from(len).unwrap_or(i64::MAX));
+    // SAFETY: fallocate on a descriptor this process owns; it changes only that file.
+    match unsafe { libc::fallocate(file.as_raw_fd(), libc::FALLOC_FL_COLLAPSE_RANGE, offset, len) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
+}
+
+/// Copies `len` bytes of `file` from `from` to `to` (ranges apart), in the kernel where it can.
+fn copy_within(file: &File, mut from: u64, mut to: u64, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let mut left = len;
+    while left > 0 {
+        let (mut off_in, mut off_out) = (from as i64, to as i64);
+        let want = usize::try_from(left).unwrap_or(usize::MAX).min(1 << 30);
+        // SAFETY: copy_file_range between offsets of one descriptor this process owns; the offsets are its own
+        // variables.
+        let n =
+            unsafe { libc::copy_file_range(file.as_raw_fd(), &mut off_in, file.as_raw_fd(), &mut off_out, want, 0) };
+        let n = match n {
+            n if n > 0 => n as u64,
+            0 => return Err(std::io::Error::other("the far entry ended early")),
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() == std::io::ErrorKind::Interrupted {
+                    continue;
+                }
+                // No copy_file_range here (an old kernel, another file system): through memory.
+                let mut buf = vec![0u8; want.min(1 << 20)];
+                file.read_exact_at(&mut buf, from)?;
+                file.write_all_at(&buf, to)?;
+                buf.len() as u64
+            }
+        };
+        (from, to, left) = (from + n, to + n, left - n);
+    }
+    Ok(())
+}
+
 /// Zero bytes that pad an entry of `size` bytes to the block size.
 pub fn padding(size: u64) -> &'static [u8] {
     &ZEROS[..(BLOCK - size as usize % BLOCK) % BLOCK]
@@ -89,6 +170,8 @@ pub enum Compressed {
     Memory(Vec<u8>),
     /// The first `len` bytes of a file (a segment that may be too large to keep in memory).
     File(File, u64),
+    /// `len` bytes in the archive's [`FarEntry`].
+    Far(u64),
 }
 
 impl Compressed {
@@ -96,7 +179,7 @@ impl Compressed {
     pub fn size(&self) -> u64 {
         match self {
             Compressed::Memory(bytes) => bytes.len() as u64,
-            Compressed::File(_, len) => *len,
+            Compressed::File(_, len) | Compressed::Far(len) => *len,
         }
     }
 }
@@ -166,6 +249,9 @@ pub struct SegmentWriter {
     d: EchoDeflater,
     spill: File,
     spill_name: PathBuf,
+    /// Where in `spill` the compressed bytes start (a [`FarEntry`]'s place in the archive).
+    base: u64,
+    far: bool,
     compressed_len: u64,
     echoes: Vec<Echo>,
 }
@@ -177,9 +263,19 @@ impl SegmentWriter {
             d: EchoDeflater::new(),
             spill,
             spill_name: spill_name.to_path_buf(),
+            base: 0,
+            far: false,
             compressed_len: 0,
             echoes: Vec::new(),
         }
+    }
+
+    /// Into the archive's far entry, after its head.
+    pub fn far(entry: &FarEntry) -> Result<SegmentWriter> {
+        let spill = entry.file.try_clone().with_context(|| format!("cannot write {}", entry.path.display()))?;
+        let mut w = SegmentWriter::new((spill, &entry.path));
+        (w.base, w.far) = (FAR + STORED_OVERHEAD + entry.head_len as u64, true);
+        Ok(w)
     }
 
     /// Bytes in which nothing is looked for; compressed with what follows them.
@@ -212,20 +308,44 @@ impl SegmentWriter {
 
     fn spill(&mut self) -> Result<()> {
         let out = self.d.take_output();
+        let at = self.base + self.compressed_len;
         self.compressed_len += out.len() as u64;
-        self.spill.write_all(&out).with_context(|| format!("cannot write {} (disk full?)", self.spill_name.display()))
+        self.spill
+            .write_all_at(&out, at)
+            .with_context(|| format!("cannot write {} (disk full?)", self.spill_name.display()))
     }
 
     /// Compresses what is waiting and ends the segment.
     pub fn finish(mut self) -> Result<Segment> {
         let len = self.d.waiting().0 + self.d.waiting().1.len() as u64;
+        let at = self.base + self.compressed_len;
         let (tail, crc) = self.d.finish();
         self.compressed_len += tail.len() as u64;
         self.spill
-            .write_all(&tail)
+            .write_all_at(&tail, at)
             .with_context(|| format!("cannot write {} (disk full?)", self.spill_name.display()))?;
-        Ok(Segment { compressed: Compressed::File(self.spill, self.compressed_len), crc, len })
+        let compressed = match self.far {
+            true => Compressed::Far(self.compressed_len),
+            false => Compressed::File(self.spill, self.compressed_len),
+        };
+        Ok(Segment { compressed, crc, len })
     }
+}
+
+/// Where a [`FarEntry`] lies in the archive file: past anything the entries before it can reach (the file is sparse
+/// until they are joined), a multiple of any file system's block size.
+const FAR: u64 = 1 << 40;
+
+/// Bytes a stored block adds to what it holds.
+const STORED_OVERHEAD: u64 = 5;
+
+/// An entry compressed far into the archive file while the streamed first entry is still being written, and
+/// joined after it at the end ([`Tarball::join_far`]). Its first `head_len` bytes (its tar header among them) are
+/// known only then: they go into a stored block at its start, written then.
+pub struct FarEntry {
+    file: File,
+    path: PathBuf,
+    head_len: usize,
 }
 
 pub struct Tarball {
@@ -275,8 +395,50 @@ impl Tarball {
         let written = match &segment.compressed {
             Compressed::Memory(bytes) => self.file.write_all(bytes),
             Compressed::File(file, len) => copy_spilled(file, *len, &mut self.file),
+            Compressed::Far(_) => Err(std::io::Error::other("a far entry's segment is joined by join_far")),
         };
         written.with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// Reserves the far entry (see [`FarEntry`]) whose head is `head_len` bytes.
+    pub fn far_entry(&self, head_len: usize) -> Result<FarEntry> {
+        let file = self.file.try_clone().with_context(|| format!("cannot write {}", self.path.display()))?;
+        Ok(FarEntry { file, path: self.path.clone(), head_len })
+    }
+
+    /// Joins the far entry after what the archive holds so far: its `head`, then `rest` (made by
+    /// [`SegmentWriter::far`]). The gap between them goes with `fallocate(FALLOC_FL_COLLAPSE_RANGE)`, which moves no
+    /// data (ext4, XFS), after deflate blocks that decode to nothing have padded what precedes it to a block
+    /// boundary; where the file system cannot, the entry is copied down.
+    pub fn join_far(&mut self, far: FarEntry, head: &[u8], rest: &Segment) -> Result<()> {
+        let ctx = || format!("cannot write {}", self.path.display());
+        anyhow::ensure!(
+            head.len() == far.head_len,
+            "the far entry's head is {} bytes, not {}",
+            head.len(),
+            far.head_len
+        );
+        self.file.write_all_at(&stored_block(head), FAR).with_context(ctx)?;
+        let far_len = STORED_OVERHEAD + head.len() as u64 + rest.compressed.size();
+        let end = self.file.stream_position().with_context(ctx)?;
+        let align = self.file.metadata().with_context(ctx)?.blksize().max(4096);
+        let joined_at = collapse_start(end, align);
+        anyhow::ensure!(joined_at < FAR, "{} grew past its far entry", self.path.display());
+        self.file.write_all_at(&no_op_blocks(joined_at - end), end).with_context(ctx)?;
+        let new_end = match collapse_range(&self.file, joined_at, FAR - joined_at) {
+            Ok(()) => joined_at + far_len,
+            Err(e) => {
+                tracing::debug!("joining the far entry by copying it ({e})");
+                copy_within(&self.file, FAR, end, far_len).with_context(ctx)?;
+                self.file.set_len(end + far_len).with_context(ctx)?;
+                end + far_len
+            }
+        };
+        self.file.seek(SeekFrom::Start(new_end)).with_context(ctx)?;
+        self.crc_after_header.update(head);
+        self.crc_after_header.combine(&rest.crc);
+        self.len_after_header += head.len() as u64 + rest.len;
+        Ok(())
     }
 
     /// Writes the end of the stream, the gzip trailer, and the streamed entry's real header over the reserved one.
@@ -292,5 +454,80 @@ impl Tarball {
         self.file.write_all(&trailer).with_context(ctx)?;
         self.file.write_all_at(first_header, self.first_header_at).with_context(ctx)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    /// Every length the padding may take decodes to nothing between two segments.
+    #[test]
+    fn no_op_blocks_decode_to_nothing_at_every_length() {
+        let (a, _) = deflate_segment(Codec::Miniz(flate2::Compression::fast()), [&b"before "[..]]);
+        let (b, _) = deflate_segment(Codec::Miniz(flate2::Compression::fast()), [&b"after"[..]]);
+        for end in 0..200u64 {
+            let gap = collapse_start(end, 16) - end;
+            assert!(gap % 16 == 16 - end % 16 || end % 16 == 0 || gap > 16, "end {end}: gap {gap}");
+            let blocks = no_op_blocks(gap);
+            assert_eq!(blocks.len() as u64, gap);
+            let stream = [&a[..], &blocks, &b, &FINAL_BLOCK].concat();
+            let mut out = Vec::new();
+            flate2::read::DeflateDecoder::new(&stream[..]).read_to_end(&mut out).unwrap();
+            assert_eq!(out, b"before after", "gap of {gap} bytes");
+        }
+    }
+
+    /// A far entry joins the archive after the streamed first entry, whether the file system removes the gap
+    /// (ext4 under /tmp here) or the entry is copied down (tmpfs cannot collapse a range): `tar` reads both.
+    #[test]
+    fn a_far_entry_joins_after_the_streamed_one() {
+        for base in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
+            let tmp = tempfile::tempdir_in(&base).unwrap();
+            let dir = Dir::open(tmp.path()).unwrap();
+            let mut archive = Tarball::create(&dir, "a.tar.gz").unwrap();
+            let far = archive.far_entry(BLOCK + 100).unwrap();
+            // The far entry is written first, while the streamed one is not complete.
+            let content: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8 ^ (i / 7000) as u8).collect();
+            let mut w = SegmentWriter::far(&far).unwrap();
+            let (head_part, rest_part) = content.split_at(100);
+            let mut rest_file = tempfile::tempfile().unwrap();
+            rest_file.write_all(rest_part).unwrap();
+            rest_file.seek(SeekFrom::Start(0)).unwrap();
+            while w.read(&mut rest_file, u64::MAX, &mut |_, bytes, _| bytes.len()).unwrap() > 0 {}
+            w.feed(padding(content.len() as u64));
+            let rest = w.finish().unwrap();
+            let streamed = b"streamed entry's text\n".repeat(5000);
+            let (compressed, crc) = deflate_segment(Codec::Miniz(flate2::Compression::fast()), [&streamed[..]]);
+            let mut content_crc = Crc::new();
+            content_crc.combine(&crc);
+            archive.end_streamed(&compressed, &content_crc, streamed.len() as u64).unwrap();
+            let head =
+                [&tar_header(Path::new("far.bin"), content.len() as u64, 0, false).unwrap()[..], head_part].concat();
+            archive.join_far(far, &head, &rest).unwrap();
+            let last = Segment::of_entries(
+                Codec::Miniz(flate2::Compression::fast()),
+                &[Entry::File("last.txt".into(), b"the end", 0)],
+                true,
+            )
+            .unwrap();
+            archive.append(&last).unwrap();
+            archive.finish(&tar_header(Path::new("streamed.txt"), streamed.len() as u64, 0, false).unwrap()).unwrap();
+
+            let gz = std::fs::File::open(tmp.path().join("a.tar.gz")).unwrap();
+            assert!(gz.metadata().unwrap().len() < 1 << 20, "the gap stayed in {}", base.display());
+            let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+            let mut found = Vec::new();
+            for entry in tar.entries().unwrap() {
+                let mut entry = entry.unwrap();
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes).unwrap();
+                found.push((entry.path().unwrap().to_string_lossy().into_owned(), bytes));
+            }
+            let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["streamed.txt", "far.bin", "last.txt"], "in {}", base.display());
+            assert!(found[0].1 == streamed && found[1].1 == content && found[2].1 == b"the end");
+        }
     }
 }

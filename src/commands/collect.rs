@@ -5,11 +5,11 @@
 //! the run folder's descriptor, so a user who can write to the base cannot redirect root's writes by renaming the
 //! run folder and putting a symlink in its place.
 
-use super::pipeline::{self, FrameNames, MetadataSource, OutputRequest, PerfDataFollower};
+use super::pipeline::{self, FrameNames, MetadataSource, OutputRequest, PerfDataFollower, Recording, RecordingEnd};
 use crate::archive::tarball::Segment;
 use crate::cli::{CollectArgs, CollectOptions};
 use crate::fs::Dir;
-use crate::perf_data::{Record, SampleFormats};
+use crate::perf_data::{EventDesc, PerfDataReader, Record, SampleFormats, WriteProgress, Written};
 use crate::record::jit_names::{self, JitNames};
 use crate::record::{self, EndReason, Mode, RecordObserver, RecordOptions, RecordSummary, Target};
 use crate::report::metadata_txt::{Metadata, Trigger};
@@ -20,6 +20,7 @@ use anyhow::{bail, Result};
 use std::collections::BTreeSet;
 use std::io::{ErrorKind, IsTerminal};
 use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -75,6 +76,9 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
         command_env_set: !command_env.is_empty(),
         command_pids: BTreeSet::new(),
         perf_data_follower: None,
+        mode: options.mode(),
+        perf_data: None,
+        live_outputs: None,
     };
 
     let opts = RecordOptions { command_env, ..record_options(target, options, run_dir.clone()) };
@@ -96,6 +100,9 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
     let summary = match recorded {
         Ok(summary) => summary,
         Err(e) => {
+            if let Some(live) = observer.live_outputs.take() {
+                live.abandon();
+            }
             discard_run(&base, &run_name, &run_dir, observer.capture.as_ref());
             return Err(e);
         }
@@ -108,14 +115,27 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
         (_, names) => names.as_ref().and_then(JitNames::describe).unwrap_or_default(),
     };
     // perf.data is complete: what the follower has not compressed yet is little.
-    let perf_data_segments = observer.perf_data_follower.take().and_then(|follower| match follower.finish() {
-        Ok(segments) => Some(segments),
-        Err(e) => {
-            tracing::debug!("perf.data is compressed again: {e:#}");
-            None
+    let perf_data_segments =
+        observer.perf_data_follower.take().and_then(|f| match f.finish().and_then(|f| f.into_segments()) {
+            Ok(segments) => Some(segments),
+            Err(e) => {
+                tracing::debug!("perf.data is compressed again: {e:#}");
+                None
+            }
+        });
+    let outputs = match (observer.live_outputs.take(), observer.capture.take()) {
+        // The outputs begun while recording get what they were waiting for.
+        (Some(live), Some(capture)) => {
+            // What the recorder knows goes in first, as after_recording does.
+            run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
+            match live.finish(capture, RecordingEnd { metadata: metadata.clone() }) {
+                Ok(outputs) => outputs?,
+                // They stopped early (the reason is logged): made now instead.
+                Err(capture) => after_recording(&run_dir, metadata, Some(*capture), None, None)?,
+            }
         }
-    });
-    let outputs = after_recording(&run_dir, metadata, observer.capture.take(), perf_data_segments, None)?;
+        (_, capture) => after_recording(&run_dir, metadata, capture, perf_data_segments, None)?,
+    };
     pipeline::print_summary(&outputs);
     Ok(run_dir.path().to_path_buf())
 }
@@ -162,10 +182,7 @@ pub(super) fn after_recording(
     // What the recorder knows goes in first, so that a run stopped while writing the outputs leaves what
     // `postprocess` needs to make exactly them; the pipeline replaces it with its own copy.
     run_dir.write_file(crate::report::METADATA_FILE, metadata.to_string().as_bytes())?;
-    let shown = run_dir.path().display();
-    let left = |what: &str| {
-        format!("the outputs were not written: {shown} holds {what} only; `profcpu postprocess -dir {shown}` makes the rest")
-    };
+    let left = |what: &str| outputs_left(run_dir, what);
     let names = match capture {
         // A second signal waits until symbols/ is complete (Stage::Saving), then leaves it.
         Some(capture) => {
@@ -179,13 +196,23 @@ pub(super) fn after_recording(
     };
     pipeline::generate(OutputRequest {
         dir: run_dir,
-        recording,
+        recording: Recording::Complete {
+            file: recording,
+            perf_data_segments,
+            metadata: MetadataSource::Given(Box::new(metadata)),
+        },
         names,
-        perf_data_segments,
         report: ReportOptions::default(),
         title,
-        metadata: MetadataSource::Given(Box::new(metadata)),
     })
+}
+
+/// What a run stopped before its outputs leaves, `what` being what `run_dir` holds.
+fn outputs_left(run_dir: &Dir, what: &str) -> String {
+    let shown = run_dir.path().display();
+    format!(
+        "the outputs were not written: {shown} holds {what} only; `profcpu postprocess -dir {shown}` makes the rest"
+    )
 }
 
 /// metadata.txt for this run.
@@ -257,15 +284,78 @@ struct CollectObserver {
     command_pids: BTreeSet<u32>,
     /// Compresses perf.data for the archive as it is written.
     perf_data_follower: Option<PerfDataFollower>,
+    mode: Mode,
+    /// perf.data being written: where its records start, its events, how far they are in the file.
+    perf_data: Option<(u64, Vec<EventDesc>, Arc<WriteProgress>)>,
+    /// The outputs made while recording.
+    live_outputs: Option<LiveOutputs>,
+}
+
+/// The outputs of an on-CPU collection made while it records: a thread names the samples from perf.data as it is
+/// written (with the capture's copies as they grow) and writes perf_script.out and the archive as it goes, so
+/// little is left when the recording ends (see docs/ARCHITECTURE.md).
+struct LiveOutputs {
+    thread: JoinHandle<Result<pipeline::OutputSummary>>,
+    /// Where the capture goes once its last poll is done, and then what the recorder knows at the end.
+    capture_to: mpsc::SyncSender<Capture>,
+    end_to: mpsc::SyncSender<RecordingEnd>,
+    progress: Arc<WriteProgress>,
+}
+
+impl LiveOutputs {
+    /// The recording failed: the thread stops and removes what it made.
+    fn abandon(self) {
+        self.progress.set(Written::Abandoned);
+        drop((self.capture_to, self.end_to));
+        if let Ok(Err(e)) = self.thread.join() {
+            tracing::debug!("the outputs begun while recording were dropped: {e:#}");
+        }
+    }
+
+    /// The recording is complete: hands the thread what it was waiting for and waits for the outputs. The capture
+    /// comes back if the thread had already stopped (its error is logged), for the outputs to be made after all.
+    fn finish(self, capture: Capture, end: RecordingEnd) -> Result<Result<pipeline::OutputSummary>, Box<Capture>> {
+        if let Err(mpsc::SendError(capture)) = self.capture_to.send(capture) {
+            match self.thread.join() {
+                Ok(Err(e)) => tracing::warn!("{e:#}; the outputs are made now"),
+                _ => tracing::warn!("the outputs begun while recording stopped; they are made now"),
+            }
+            return Err(Box::new(capture));
+        }
+        let _ = self.end_to.send(end);
+        Ok(self.thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("making the outputs panicked"))))
+    }
+}
+
+impl CollectObserver {
+    /// Starts making the outputs while recording, when the capture and perf.data are there.
+    fn start_live_outputs(&mut self) -> Result<Option<LiveOutputs>> {
+        let (Some(capture), Some((data_offset, events, progress))) = (&self.capture, &self.perf_data) else {
+            return Ok(None);
+        };
+        let shown = self.run_dir.shown(pipeline::PERF_DATA_FILE);
+        let file = pipeline::open_recording(&self.run_dir)?;
+        let reader = PerfDataReader::following(&file, &shown, *data_offset, events.clone(), progress.clone())?;
+        let (naming, capture_to) = capture.name_while_recording()?;
+        let (end_to, end) = mpsc::sync_channel(1);
+        let dir = self.run_dir.clone();
+        let left = outputs_left(&dir, "perf.data, symbols/ and metadata.txt");
+        let thread = std::thread::Builder::new().name("outputs".into()).spawn(move || {
+            pipeline::generate(OutputRequest {
+                dir: &dir,
+                recording: Recording::Following { reader: Box::new(reader), end },
+                names: FrameNames::Live { naming: Box::new(naming), left },
+                report: ReportOptions::default(),
+                title: None,
+            })
+        })?;
+        Ok(Some(LiveOutputs { thread, capture_to, end_to, progress: progress.clone() }))
+    }
 }
 
 impl RecordObserver for CollectObserver {
-    fn on_perf_data(&mut self, data_offset: u64, formats: &SampleFormats) {
-        match PerfDataFollower::start(&self.run_dir, data_offset, formats.clone()) {
-            Ok(follower) => self.perf_data_follower = Some(follower),
-            // The pipeline compresses it after the recording instead.
-            Err(e) => tracing::debug!("perf.data will be compressed after the recording: {e:#}"),
-        }
+    fn on_perf_data(&mut self, data_offset: u64, events: &[EventDesc], progress: &Arc<WriteProgress>) {
+        self.perf_data = Some((data_offset, events.to_vec(), progress.clone()));
     }
 
     /// Announced only once sampling really runs, so a refusal is the only line the user sees.
@@ -275,6 +365,20 @@ impl RecordObserver for CollectObserver {
             match Capture::new(&self.run_dir, &[pid], &self.symbol_opts) {
                 Ok(c) => self.capture = Some(c),
                 Err(e) => tracing::warn!("JIT names of the command will not be saved: {e:#}"),
+            }
+        }
+        if self.mode == Mode::Cpu {
+            match self.start_live_outputs() {
+                Ok(live) => self.live_outputs = live,
+                Err(e) => tracing::debug!("the samples will be named after the recording: {e:#}"),
+            }
+        }
+        // The outputs made while recording compress perf.data into their archive themselves.
+        if let (None, Some((data_offset, events, _))) = (&self.live_outputs, &self.perf_data) {
+            match PerfDataFollower::start(&self.run_dir, *data_offset, SampleFormats::of(events), None) {
+                Ok(follower) => self.perf_data_follower = Some(follower),
+                // The pipeline compresses it after the recording instead.
+                Err(e) => tracing::debug!("perf.data will be compressed after the recording: {e:#}"),
             }
         }
         if matches!(self.jit_names, JitNamesState::NotYet) {

@@ -5,7 +5,7 @@
 //! files beside it, then the live system like perf does), or a `prof.tar.gz` (extracted safely into a new folder
 //! beside it first).
 
-use super::pipeline::{self, FrameNames, MetadataSource, OutputRequest};
+use super::pipeline::{self, FrameNames, MetadataSource, OutputRequest, Recording};
 use crate::archive;
 use crate::cli::PostprocessArgs;
 use crate::fs::{input, Dir, InputError, Kind, Limit};
@@ -98,12 +98,10 @@ fn regenerate(args: PostprocessArgs, dir: &Dir) -> Result<()> {
     let view = View { pid: args.pid, tid: args.tid, no_kernel: args.no_kernel, strip_tiers: args.strip_tiers };
     let summary = pipeline::generate(OutputRequest {
         dir,
-        recording,
+        recording: Recording::Complete { file: recording, perf_data_segments: None, metadata },
         names: FrameNames::Options(symbolize),
-        perf_data_segments: None,
         report: ReportOptions { view, per_thread: args.per_thread, ..ReportOptions::default() },
         title: args.title,
-        metadata,
     })?;
     pipeline::print_summary(&summary);
     // The path is for scripts (`dir=$(profcpu postprocess …)`); a reader that went away is not an error.

@@ -98,12 +98,13 @@ impl Dir {
         Ok(Dir { fd: Arc::new(fd), path: self.shown(name) })
     }
 
-    /// Creates file `name` for writing with mode 0644; fails if anything (a file or a symlink) is already there.
+    /// Creates file `name` for writing (and reading back what was written) with mode 0644; fails if anything (a
+    /// file or a symlink) is already there.
     pub fn create_file(&self, name: impl AsRef<Path>) -> io::Result<File> {
         let fd = openat(
             self.fd(),
             name.as_ref(),
-            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            OFlag::O_RDWR | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
             Mode::from_bits_truncate(0o644),
         )?;
         Ok(File::from(fd))

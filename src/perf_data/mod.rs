@@ -17,4 +17,4 @@ pub use header::{BuildIdEntry, EventDesc, Features};
 pub use reader::{PerfDataReader, ReadStats, SampleFormats, Skimmed};
 pub use records::{Comm, Lost, Mmap, Record, Switch, Task};
 pub use sample::{Sample, SampleFields, SampleFormat, SampleId, UserContext, UserFields};
-pub use writer::PerfDataWriter;
+pub use writer::{PerfDataWriter, WriteProgress, Written};

@@ -6,9 +6,13 @@ use super::bytes::ByteReader;
 use super::header::{EventDesc, Features, FileHeader, FILE_HEADER_SIZE};
 use super::records::{Record, HEADER_SIZE};
 use super::sample::{Sample, SampleFormat};
+use super::writer::{WriteProgress, Written};
 use anyhow::{bail, Context, Result};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 pub struct PerfDataReader {
     bytes: memmap2::Mmap,
@@ -17,9 +21,19 @@ pub struct PerfDataReader {
     features: Features,
     formats: SampleFormats,
     data_start: usize,
-    data_end: usize,
+    /// Where the records present end; it moves only while a file being written is followed.
+    data_end: AtomicUsize,
+    /// A file still being written: walks wait at the end of its records until its writer has finished it.
+    following: Option<Arc<WriteProgress>>,
     warnings: Vec<String>,
 }
+
+/// How much of the address space a followed recording maps (the file grows into it; only bytes the writer says are
+/// in the file are read). A recording larger than this is read up to it.
+const FOLLOWED_MAP_LEN: usize = 1 << 42;
+
+/// How long a walk of a followed recording waits for more records before it looks again.
+const FOLLOW_WAIT: Duration = Duration::from_millis(100);
 
 /// A record as [`PerfDataReader::skim_records`] hands it over.
 pub enum Skimmed {
@@ -86,6 +100,72 @@ impl PerfDataReader {
         // contract perf itself has with its input.
         let bytes = unsafe { memmap2::Mmap::map(file) }.with_context(|| format!("cannot map {}", path.display()))?;
         Self::from_mmap(bytes).with_context(|| format!("{} is not a readable perf.data", path.display()))
+    }
+
+    /// Reads the recording `file` while its writer is writing it: records start at file offset `data_start`, the
+    /// events are `events` (the attrs in the file are final only at the end), and `progress` says how many bytes of
+    /// records are in the file. Walks return once the writer has finished it (an error if the recording was
+    /// abandoned); the header and features stay empty.
+    pub fn following(
+        file: &std::fs::File,
+        shown: &Path,
+        data_start: u64,
+        events: Vec<EventDesc>,
+        progress: Arc<WriteProgress>,
+    ) -> Result<Self> {
+        if events.is_empty() {
+            bail!("{} describes no events", shown.display());
+        }
+        // SAFETY: as in `from_file`; pages past the end of the file are never touched (reads stop at what the
+        // writer reports as written).
+        let bytes = unsafe { memmap2::MmapOptions::new().len(FOLLOWED_MAP_LEN).map(file) }
+            .with_context(|| format!("cannot map {}", shown.display()))?;
+        let data_start = usize::try_from(data_start).ok().filter(|&s| s >= FILE_HEADER_SIZE as usize);
+        let Some(data_start) = data_start else { bail!("{}: records inside the header", shown.display()) };
+        let mut header = FileHeader::default();
+        header.data.offset = data_start as u64;
+        Ok(PerfDataReader {
+            bytes,
+            header,
+            formats: SampleFormats::of(&events),
+            events,
+            features: Features::default(),
+            data_start,
+            data_end: AtomicUsize::new(data_start),
+            following: Some(progress),
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Whether the file is read while it is written ([`following`](Self::following)).
+    pub fn is_following(&self) -> bool {
+        self.following.is_some()
+    }
+
+    /// The records present: of a followed file, those its writer has put in it so far.
+    fn data(&self) -> &[u8] {
+        &self.bytes[self.data_start..self.data_end.load(Ordering::Acquire)]
+    }
+
+    /// A followed file: waits until records beyond the first `seen` bytes of the data section are in the file,
+    /// and returns whether the walk goes on (false: the file is complete and `seen` is its end).
+    fn wait_for_records(&self, seen: usize) -> Result<bool> {
+        let Some(progress) = &self.following else { return Ok(false) };
+        loop {
+            let (present, last) = match progress.wait_beyond(seen as u64, FOLLOW_WAIT) {
+                Ok(present) => (present, false),
+                Err(Written::Finished(size)) => (size, true),
+                Err(Written::Abandoned) => bail!("the recording was abandoned"),
+            };
+            let present = usize::try_from(present).unwrap_or(usize::MAX).min(FOLLOWED_MAP_LEN - self.data_start);
+            if present > seen {
+                self.data_end.store(self.data_start + present, Ordering::Release);
+                return Ok(true);
+            }
+            if last {
+                return Ok(false);
+            }
+        }
     }
 
     fn from_mmap(bytes: memmap2::Mmap) -> Result<Self> {
@@ -201,7 +281,8 @@ impl PerfDataReader {
             features,
             formats,
             data_start,
-            data_end: data_end as usize,
+            data_end: AtomicUsize::new(data_end as usize),
+            following: None,
             warnings,
         })
     }
@@ -235,7 +316,7 @@ impl PerfDataReader {
 
     /// Where the records are: the file offsets of the data section's bytes that are present.
     pub fn data_range(&self) -> std::ops::Range<u64> {
-        self.data_start as u64..self.data_end as u64
+        self.data_start as u64..self.data_end.load(Ordering::Acquire) as u64
     }
 
     fn format_for_sample(&self, body: &[u8]) -> SampleFormat {
@@ -264,43 +345,49 @@ impl PerfDataReader {
     }
 
     fn walk(&self, skim: bool, mut f: impl FnMut(u64, Skimmed) -> Result<()>) -> Result<ReadStats> {
-        let data = &self.bytes[self.data_start..self.data_end];
         let mut stats = ReadStats::default();
         let mut pos = 0usize;
         let base_format = self.events[0].attr.sample_format();
-        while pos + HEADER_SIZE <= data.len() {
-            let kind = u32::from_ne_bytes(data[pos..pos + 4].try_into().unwrap());
-            let size = u16::from_ne_bytes(data[pos + 6..pos + 8].try_into().unwrap()) as usize;
-            if size < HEADER_SIZE {
-                stats.corrupt_at = Some(pos as u64);
-                break;
-            }
-            if pos + size > data.len() {
-                break;
-            }
-            let rec = &data[pos..pos + size];
-            let event = if kind == RECORD_SAMPLE { self.formats.sample_event(&rec[HEADER_SIZE..]) } else { 0 };
-            let format = if kind == RECORD_SAMPLE { self.formats.formats[event] } else { base_format };
-            let decoded = if skim && kind == RECORD_SAMPLE {
-                let body = &rec[HEADER_SIZE..];
-                match (format.sample_time(body), format.sample_tid(body)) {
-                    (Some(time), Some(tid)) => Some(Skimmed::Sample { time, event, tid }),
-                    _ => None,
+        // A followed file: each time the records present are read, wait for more until it is complete.
+        loop {
+            let data = self.data();
+            while pos + HEADER_SIZE <= data.len() {
+                let kind = u32::from_ne_bytes(data[pos..pos + 4].try_into().unwrap());
+                let size = u16::from_ne_bytes(data[pos + 6..pos + 8].try_into().unwrap()) as usize;
+                if size < HEADER_SIZE {
+                    stats.corrupt_at = Some(pos as u64);
+                    stats.truncated_bytes = (data.len() - pos) as u64;
+                    return Ok(stats);
                 }
-            } else {
-                Record::decode(rec, &format).ok().map(Skimmed::Record)
-            };
-            match decoded {
-                Some(b) => {
-                    stats.records += 1;
-                    f(pos as u64, b)?;
+                if pos + size > data.len() {
+                    break;
                 }
-                None => stats.undecodable += 1,
+                let rec = &data[pos..pos + size];
+                let event = if kind == RECORD_SAMPLE { self.formats.sample_event(&rec[HEADER_SIZE..]) } else { 0 };
+                let format = if kind == RECORD_SAMPLE { self.formats.formats[event] } else { base_format };
+                let decoded = if skim && kind == RECORD_SAMPLE {
+                    let body = &rec[HEADER_SIZE..];
+                    match (format.sample_time(body), format.sample_tid(body)) {
+                        (Some(time), Some(tid)) => Some(Skimmed::Sample { time, event, tid }),
+                        _ => None,
+                    }
+                } else {
+                    Record::decode(rec, &format).ok().map(Skimmed::Record)
+                };
+                match decoded {
+                    Some(b) => {
+                        stats.records += 1;
+                        f(pos as u64, b)?;
+                    }
+                    None => stats.undecodable += 1,
+                }
+                pos += size;
             }
-            pos += size;
+            if !self.wait_for_records(data.len())? {
+                stats.truncated_bytes = (data.len() - pos) as u64;
+                return Ok(stats);
+            }
         }
-        stats.truncated_bytes = (data.len() - pos) as u64;
-        Ok(stats)
     }
 }
 
@@ -320,7 +407,7 @@ impl PerfDataReader {
 
     /// The bytes of the record at `offset` in the data section, header included.
     fn whole_record_at(&self, offset: u64) -> Result<&[u8]> {
-        let data = &self.bytes[self.data_start..self.data_end];
+        let data = self.data();
         let start = usize::try_from(offset).ok().filter(|&o| o + HEADER_SIZE <= data.len());
         let Some(start) = start else { bail!("no record at offset {offset} of the data section") };
         let size = u16::from_ne_bytes(data[start + 6..start + 8].try_into().unwrap()) as usize;
@@ -333,7 +420,7 @@ impl PerfDataReader {
     /// The event (an index in [`events`](Self::events)) and thread of the sample at `offset` in the data section,
     /// without decoding the rest.
     pub fn sample_event_and_tid(&self, offset: u64) -> Option<(usize, u32)> {
-        let data = &self.bytes[self.data_start..self.data_end];
+        let data = self.data();
         let start = usize::try_from(offset).ok()?;
         let size = u16::from_ne_bytes(data.get(start + 6..start + 8)?.try_into().unwrap()) as usize;
         let body = data.get(start + HEADER_SIZE..start.checked_add(size)?)?;
@@ -345,7 +432,8 @@ impl PerfDataReader {
     /// from the file if needed): a long recording read once need not stay resident.
     pub fn release_data_before(&self, offset: u64) {
         const PAGE: usize = 4096;
-        let end = self.data_start.saturating_add(usize::try_from(offset).unwrap_or(usize::MAX)).min(self.data_end);
+        let data_end = self.data_end.load(Ordering::Acquire);
+        let end = self.data_start.saturating_add(usize::try_from(offset).unwrap_or(usize::MAX)).min(data_end);
         let (start, end) = (self.data_start.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
         if end > start {
             // SAFETY: a read-only shared mapping of a file: dropped pages come back with the same contents (the
@@ -401,4 +489,64 @@ fn slice(bytes: &[u8], offset: u64, size: u64) -> Option<&[u8]> {
         return None;
     }
     Some(&bytes[offset as usize..end as usize])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::perf_data::echoes::tests::{stack_copy_writer, write_stack_copies};
+
+    /// A reader following a perf.data while it is written reads every record once, in file order, with the same
+    /// offsets as a reader of the finished file, and returns when the writer has finished it (the feature sections
+    /// written after the records are not read as records); one whose recording is abandoned stops with an error.
+    #[test]
+    fn a_followed_recording_reads_as_the_finished_file() {
+        for abandon in [false, true] {
+            let tmp = tempfile::tempdir().unwrap();
+            let mut w = stack_copy_writer(tmp.path());
+            let path = tmp.path().join("perf.data");
+            let file = std::fs::File::open(&path).unwrap();
+            let reader =
+                PerfDataReader::following(&file, &path, w.data_offset(), w.events().to_vec(), w.progress()).unwrap();
+            let progress = w.progress();
+            let followed = std::thread::spawn(move || {
+                let mut seen = Vec::new();
+                let stats = reader.skim_records(|offset, r| {
+                    if let Skimmed::Sample { time, .. } = r {
+                        seen.push((offset, time));
+                    }
+                    Ok(())
+                });
+                stats.map(|s| (s, seen))
+            });
+            for round in 0..4 {
+                // More than the writer buffers, so that records reach the file while the reader waits.
+                write_stack_copies(&mut w, round * 300..(round + 1) * 300);
+                w.finished_round().unwrap();
+                std::thread::sleep(FOLLOW_WAIT);
+            }
+            if abandon {
+                progress.set(Written::Abandoned);
+                let err = followed.join().unwrap().unwrap_err().to_string();
+                assert!(err.contains("abandoned"), "{err}");
+                continue;
+            }
+            w.finish(&Default::default()).unwrap();
+            let (stats, seen) = followed.join().unwrap().unwrap();
+            let complete = PerfDataReader::from_file(&std::fs::File::open(&path).unwrap(), &path).unwrap();
+            let mut expected = Vec::new();
+            let expected_stats = complete
+                .skim_records(|offset, r| {
+                    if let Skimmed::Sample { time, .. } = r {
+                        expected.push((offset, time));
+                    }
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(seen.len(), 1200);
+            assert_eq!(seen, expected);
+            assert_eq!(stats, expected_stats);
+            assert_eq!(stats.truncated_bytes, 0);
+        }
+    }
 }

@@ -10,6 +10,9 @@ use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 pub struct PerfDataWriter {
     out: BufWriter<File>,
@@ -19,6 +22,7 @@ pub struct PerfDataWriter {
     /// Where the data section starts: after the header and the attr section.
     data_offset: u64,
     data_size: u64,
+    progress: Arc<WriteProgress>,
 }
 
 impl PerfDataWriter {
@@ -34,7 +38,8 @@ impl PerfDataWriter {
         // a finished file cut short later (a partial copy) then keeps the sample layout needed to read its data.
         out.write_all(&attr_section(&events, &vec![Section::default(); events.len()]))?;
         let data_offset = FILE_HEADER_SIZE + attr_entry_size(&events) * events.len() as u64;
-        Ok(PerfDataWriter { out, path, events, format, data_offset, data_size: 0 })
+        let progress = Arc::new(WriteProgress::default());
+        Ok(PerfDataWriter { out, path, events, format, data_offset, data_size: 0, progress })
     }
 
     pub fn path(&self) -> &Path {
@@ -55,6 +60,9 @@ impl PerfDataWriter {
     pub fn write_raw(&mut self, records: &[u8]) -> Result<()> {
         self.out.write_all(records).with_context(|| format!("cannot write {}", self.path.display()))?;
         self.data_size += records.len() as u64;
+        // What the buffer still holds may include the header and attrs, before any record reaches the file.
+        let in_file = (self.data_offset + self.data_size).saturating_sub(self.out.buffer().len() as u64);
+        self.progress.in_file.store(in_file.saturating_sub(self.data_offset), Ordering::Release);
         Ok(())
     }
 
@@ -90,9 +98,21 @@ impl PerfDataWriter {
         super::SampleFormats::of(&self.events)
     }
 
+    /// The events, with the ids known so far.
+    pub fn events(&self) -> &[EventDesc] {
+        &self.events
+    }
+
     /// Bytes of records written so far.
     pub fn data_size(&self) -> u64 {
         self.data_size
+    }
+
+    /// How far the records are in the file, for a reader that follows it ([`PerfDataReader::following`]).
+    ///
+    /// [`PerfDataReader::following`]: super::PerfDataReader::following
+    pub fn progress(&self) -> Arc<WriteProgress> {
+        self.progress.clone()
     }
 
     /// Writes the feature sections and ids after the data, fills in the attrs' id lists, then the real header.
@@ -142,7 +162,52 @@ impl PerfDataWriter {
         self.out.write_all(&header.encode()).with_context(ctx)?;
         let file = self.out.into_inner().map_err(|e| e.into_error()).with_context(ctx)?;
         file.sync_all().with_context(ctx)?;
+        self.progress.set(Written::Finished(self.data_size));
         Ok(())
+    }
+}
+
+/// Where a perf.data being written stands, shared by its writer and the readers that follow it: the bytes of
+/// records already in the file (a reader may map them; what the writer still buffers is not there yet), and
+/// whether the file is complete.
+#[derive(Default)]
+pub struct WriteProgress {
+    in_file: AtomicU64,
+    state: Mutex<Option<Written>>,
+    changed: Condvar,
+}
+
+/// How a perf.data's writing ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    /// Complete, with this many bytes of records.
+    Finished(u64),
+    /// The recording failed: no more records come, and the file is not complete.
+    Abandoned,
+}
+
+impl WriteProgress {
+    /// Bytes of records in the file so far, or how the writing ended. Waits up to `timeout` for the end when no
+    /// record beyond `seen` bytes is there yet.
+    pub fn wait_beyond(&self, seen: u64, timeout: Duration) -> Result<u64, Written> {
+        let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = match *state {
+            None if self.in_file.load(Ordering::Acquire) <= seen => {
+                self.changed.wait_timeout(state, timeout).unwrap_or_else(|e| e.into_inner()).0
+            }
+            _ => state,
+        };
+        match *state {
+            Some(end) => Err(end),
+            None => Ok(self.in_file.load(Ordering::Acquire)),
+        }
+    }
+
+    /// The writing ended as `how` says (the first word stands).
+    pub fn set(&self, how: Written) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.get_or_insert(how);
+        self.changed.notify_all();
     }
 }
 

@@ -275,8 +275,9 @@ fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Resul
     session.report_ring_size();
     // A signal during set-up cancels the run: nothing has been shown as sampled yet, so nothing is kept.
     interrupt::begin_sampling()?;
-    let (data_offset, formats) = (session.writer().data_offset(), session.writer().sample_formats());
-    session.observer.on_perf_data(data_offset, &formats);
+    let (data_offset, progress) = (session.writer().data_offset(), session.writer().progress());
+    let events = session.writer().events().to_vec();
+    session.observer.on_perf_data(data_offset, &events, &progress);
     session.observer.on_start(target_pid);
 
     let started = session.sampling_since.unwrap_or_else(Instant::now);

@@ -26,8 +26,9 @@ pub use events::SAMPLE_TYPE;
 pub use progress::status_line;
 
 use crate::fs::Dir;
-use crate::perf_data::{Record, Sample, SampleFormats};
+use crate::perf_data::{EventDesc, Record, Sample, WriteProgress};
 use std::os::fd::BorrowedFd;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// What to profile.
@@ -172,8 +173,8 @@ pub trait RecordObserver {
     /// the process sampled (the launched command's PID for `Target::Command`), `None` for `Target::All`.
     fn on_start(&mut self, _target_pid: Option<u32>) {}
     /// perf.data is being written (just before [`on_start`](Self::on_start)): its records start at file offset
-    /// `data_offset` and are appended as they are read, their samples laid out as `formats` say.
-    fn on_perf_data(&mut self, _data_offset: u64, _formats: &SampleFormats) {}
+    /// `data_offset` and are appended as they are read, of `events`; `progress` tells how far they are in the file.
+    fn on_perf_data(&mut self, _data_offset: u64, _events: &[EventDesc], _progress: &Arc<WriteProgress>) {}
     fn on_record(&mut self, _record: &Record) {}
     fn on_tick(&mut self) {}
     /// A sample of event `event` (its index in the recording: with probes, 0 is the side band and probe `i` is

@@ -20,7 +20,7 @@ use super::jitdump;
 use super::options::SymbolizeOptions;
 use super::proc_info::ProcessInfo;
 use super::prologues::Prologues;
-use super::symbolizer::{SymbolizeStats, Symbolizer};
+use super::symbolizer::{Pace, SymbolizeStats, Symbolizer};
 use super::symbols_dir::{self, CapturedProcess};
 use super::ResolvedSample;
 use crate::fs::{Dir, Last, Limit, Root};
@@ -30,8 +30,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Name of the directory inside the output directory.
 pub const SYMBOLS_DIR: &str = "symbols";
@@ -105,15 +105,37 @@ pub struct CaptureSummary {
     pub warnings: Vec<String>,
 }
 
+/// What the capture has ready for a namer that names the samples while the recording goes on ([`LiveNaming`]).
+#[derive(Default)]
+struct Handoff {
+    /// Counts the polls that found a perf map, jitdump or JIT frames grown.
+    generation: u64,
+    /// When the last poll began (CLOCK_MONOTONIC, the samples' clock): what a JIT wrote before then is in the copies.
+    synced_to: u64,
+    /// Files opened while their process lived, not yet handed to the namer.
+    opened: HashMap<FileId, File>,
+    /// Namespace PIDs and owners of the processes, as they were first read.
+    processes: BTreeMap<u32, CapturedProcess>,
+}
+
+/// A capture's [`Handoff`], shared with its namer.
+type SharedHandoff = Arc<Mutex<Handoff>>;
+
+fn lock(handoff: &SharedHandoff) -> MutexGuard<'_, Handoff> {
+    handoff.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub struct Capture {
     dir: Dir,
+    handoff: SharedHandoff,
+    /// Held while the copies are written, and by a namer while it reads them.
+    copying: Arc<Mutex<()>>,
     opts: SymbolizeOptions,
     all: bool,
     targets: HashMap<u32, Target>,
     processes: Processes,
     /// Mapped files to open while their process lives.
     to_open: Vec<(u32, Arc<FileId>)>,
-    opened: HashMap<FileId, File>,
     tried: HashSet<Arc<FileId>>,
     warnings: Vec<String>,
     warned: HashSet<String>,
@@ -128,12 +150,13 @@ impl Capture {
             .with_context(|| format!("cannot create {}", out_dir.shown(SYMBOLS_DIR).display()))?;
         let mut capture = Capture {
             dir,
+            handoff: SharedHandoff::default(),
+            copying: Arc::default(),
             opts: opts.clone(),
             all: false,
             targets: HashMap::new(),
             processes: Processes::default(),
             to_open: Vec::new(),
-            opened: HashMap::new(),
             tried: HashSet::new(),
             warnings: Vec::new(),
             warned: HashSet::new(),
@@ -206,13 +229,38 @@ impl Capture {
 
     /// Copies new or grown perf maps and jitdumps and opens newly mapped files. Call about every 250 ms.
     pub fn poll(&mut self) {
+        let began = monotonic_now();
+        let (copying, handoff) = (self.copying.clone(), self.handoff.clone());
+        let _copying = copying.lock().unwrap_or_else(|e| e.into_inner());
+        let mut handoff = lock(&handoff);
+        let copied = self.jit_progress();
         let pids: Vec<u32> = self.targets.keys().copied().collect();
         for pid in pids {
             self.poll_target(pid);
         }
         for (pid, file) in std::mem::take(&mut self.to_open) {
-            self.open_mapped(pid, &file);
+            if let Some(opened) = self.open_mapped(pid, &file) {
+                handoff.opened.insert((*file).clone(), opened);
+            }
         }
+        if self.jit_progress() != copied {
+            handoff.generation += 1;
+        }
+        handoff.synced_to = began;
+        for (&pid, t) in &self.targets {
+            if let Some(info) = &t.info {
+                handoff.processes.entry(pid).or_insert(CapturedProcess { nspid: info.nspid, uid: info.uid });
+            }
+        }
+    }
+
+    /// How much of the JIT files has been copied or read so far: a change means the namer has more to load.
+    fn jit_progress(&self) -> u64 {
+        let copied = |m: &Option<Mirror>| m.as_ref().map_or(0, |m| m.copied);
+        let targets = self.targets.values();
+        targets
+            .map(|t| copied(&t.perf_map) + copied(&t.jitdump) + t.prologues.as_ref().map_or(0, |p| p.saved) as u64)
+            .sum()
     }
 
     fn poll_target(&mut self, pid: u32) {
@@ -283,23 +331,41 @@ impl Capture {
         }
     }
 
-    fn open_mapped(&mut self, pid: u32, file: &Arc<FileId>) {
+    fn open_mapped(&mut self, pid: u32, file: &Arc<FileId>) -> Option<File> {
         if !self.tried.insert(file.clone()) || file.path.ends_with(" (deleted)") {
-            return;
+            return None;
         }
-        if let Ok(f) = Root::of_process(pid).and_then(|root| root.open_file(Path::new(&*file.path), Last::Follow)) {
-            self.opened.insert((**file).clone(), f);
-        }
+        Root::of_process(pid).and_then(|root| root.open_file(Path::new(&*file.path), Last::Follow)).ok()
     }
 
-    /// Final copies, then the symbols the recording's samples hit, found by naming every sample live and handing it
-    /// to `f` as it is named (samples are not kept: memory does not grow with the recording).
-    pub fn finish(
-        mut self,
-        recording: &PerfDataReader,
-        f: impl FnMut(ResolvedSample) -> Result<()>,
-    ) -> Result<CaptureSummary> {
-        let started = Instant::now();
+    /// Names the samples while the recording goes on, from the copies as they grow: returns the namer, and where
+    /// to send this capture once the recording is over and its last poll done (the namer then names the last
+    /// samples and saves what they used).
+    pub fn name_while_recording(&self) -> Result<(LiveNaming, mpsc::SyncSender<Capture>)> {
+        let mut symbolizer = Symbolizer::new(&self.naming_options())?;
+        symbolizer.record_usage();
+        symbolizer.set_jit_copies_growing(Some(self.copying.clone()));
+        let (send, ended) = mpsc::sync_channel(1);
+        let pace = LivePace {
+            handoff: self.handoff.clone(),
+            ended,
+            capture: None,
+            loaded_generation: 0,
+            loaded_to: 0,
+            reloaded: None,
+            reloads: 0,
+            saved: (0, 0),
+            failed: None,
+        };
+        Ok((LiveNaming { symbolizer, pace }, send))
+    }
+
+    fn naming_options(&self) -> SymbolizeOptions {
+        SymbolizeOptions { captured_dir: Some(self.dir.clone()), live: true, ..self.opts.clone() }
+    }
+
+    /// Before the last samples are named: the final copies, jitdumps cut to what naming reads, processes.txt.
+    fn complete(&mut self) -> Result<(usize, usize)> {
         self.poll();
         self.trim_jitdumps();
         let mut processes = BTreeMap::new();
@@ -312,12 +378,17 @@ impl Capture {
             jitdumps += t.jitdump.is_some() as usize;
         }
         symbols_dir::write_processes(&self.dir, &processes)?;
+        Ok((perf_maps, jitdumps))
+    }
 
-        let opts = SymbolizeOptions { captured_dir: Some(self.dir.clone()), live: true, ..self.opts.clone() };
-        let mut symbolizer = Symbolizer::new(&opts)?;
-        symbolizer.set_preopened(std::mem::take(&mut self.opened));
-        symbolizer.record_usage();
-        let stats = symbolizer.for_each_sample(recording, f)?;
+    /// After the samples were named by `symbolizer`: the symbols they used.
+    fn summary(
+        self,
+        mut symbolizer: Symbolizer,
+        stats: SymbolizeStats,
+        saved: (usize, usize),
+        started: Instant,
+    ) -> Result<CaptureSummary> {
         let usage = symbolizer.take_usage().unwrap_or_default();
         symbols_dir::write_usage(&self.dir, &usage)?;
         let bytes = dir_size(&self.dir);
@@ -326,13 +397,29 @@ impl Capture {
         Ok(CaptureSummary {
             stats,
             dir: self.dir,
-            perf_maps,
-            jitdumps,
+            perf_maps: saved.0,
+            jitdumps: saved.1,
             dsos: usage.dsos.len(),
             bytes,
             finish_time: started.elapsed(),
             warnings,
         })
+    }
+
+    /// Final copies, then the symbols the recording's samples hit, found by naming every sample live and handing it
+    /// to `f` as it is named (samples are not kept: memory does not grow with the recording).
+    pub fn finish(
+        mut self,
+        recording: &PerfDataReader,
+        f: impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<CaptureSummary> {
+        let started = Instant::now();
+        let saved = self.complete()?;
+        let mut symbolizer = Symbolizer::new(&self.naming_options())?;
+        symbolizer.set_preopened(std::mem::take(&mut lock(&self.handoff).opened));
+        symbolizer.record_usage();
+        let stats = symbolizer.for_each_sample(recording, f)?;
+        self.summary(symbolizer, stats, saved, started)
     }
 
     /// Rewrites each copied jitdump without the code bytes naming does not read (see [`jitdump::trimmed`]): they
@@ -363,6 +450,93 @@ impl Capture {
             self.warnings.push(msg);
         }
     }
+}
+
+/// A capture's namer while the recording goes on ([`Capture::name_while_recording`]).
+pub struct LiveNaming {
+    symbolizer: Symbolizer,
+    pace: LivePace,
+}
+
+/// How often a namer that follows a recording loads the JIT's files again while they grow: each time, what it has
+/// named is forgotten, and a perf map can take milliseconds to parse.
+const RELOAD_EVERY: Duration = Duration::from_secs(1);
+
+struct LivePace {
+    handoff: SharedHandoff,
+    ended: mpsc::Receiver<Capture>,
+    /// The capture, once the recording is over.
+    capture: Option<Capture>,
+    /// The [`Handoff::generation`] of the copies the symbolizer reads, and up to when they are complete.
+    loaded_generation: u64,
+    loaded_to: u64,
+    reloaded: Option<Instant>,
+    reloads: u32,
+    /// Perf maps and jitdumps copied, once complete.
+    saved: (usize, usize),
+    /// Completing the capture failed: the run fails once the samples are named.
+    failed: Option<anyhow::Error>,
+}
+
+impl Pace for LivePace {
+    fn named_up_to(&mut self, symbolizer: &mut Symbolizer, last: bool) -> u64 {
+        if last {
+            // The recording is over: its last poll copies what the JIT wrote last.
+            self.capture = self.ended.recv().ok();
+            match self.capture.as_mut().map(Capture::complete) {
+                Some(Ok(saved)) => self.saved = saved,
+                Some(Err(e)) => self.failed = Some(e),
+                None => {}
+            }
+            symbolizer.set_jit_copies_growing(None);
+        }
+        let mut handoff = lock(&self.handoff);
+        let opened = std::mem::take(&mut handoff.opened);
+        symbolizer.add_preopened(opened);
+        symbolizer.add_process_ids(&handoff.processes);
+        if handoff.generation == self.loaded_generation {
+            self.loaded_to = handoff.synced_to;
+        } else if last || self.reloaded.map_or(true, |at| at.elapsed() >= RELOAD_EVERY) {
+            symbolizer.reload_jit_files();
+            self.reloads += 1;
+            self.loaded_generation = handoff.generation;
+            self.loaded_to = handoff.synced_to;
+            self.reloaded = Some(Instant::now());
+        }
+        if last {
+            return u64::MAX;
+        }
+        self.loaded_to
+    }
+}
+
+impl LiveNaming {
+    /// Names every sample of the recording `reader` follows, handing each to `f`, then saves what they used into
+    /// `symbols/` (the capture must have been sent when the recording ended).
+    pub fn for_each_sample(
+        mut self,
+        reader: &PerfDataReader,
+        f: impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<CaptureSummary> {
+        let started = Instant::now();
+        let stats = self.symbolizer.for_each_sample_paced(reader, Some(&mut self.pace), f)?;
+        tracing::debug!("named while recording: the JIT's files loaded again {} times", self.pace.reloads);
+        if let Some(e) = self.pace.failed.take() {
+            return Err(e);
+        }
+        let Some(capture) = self.pace.capture.take() else {
+            anyhow::bail!("the recording ended without its capture");
+        };
+        capture.summary(self.symbolizer, stats, self.pace.saved, started)
+    }
+}
+
+/// The clock of the samples, now.
+fn monotonic_now() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 fn dir_size(dir: &Dir) -> u64 {

@@ -37,7 +37,7 @@ mod symbolizer;
 mod symbols_dir;
 pub mod unwind;
 
-pub use capture::{Capture, CaptureSummary, SYMBOLS_DIR};
+pub use capture::{Capture, CaptureSummary, LiveNaming, SYMBOLS_DIR};
 pub use off_cpu::Measure;
 pub use options::SymbolizeOptions;
 pub use symbolizer::{SymbolizeStats, Symbolizer};

@@ -80,6 +80,10 @@ pub struct Sources {
     pub recorded_release: Option<String>,
     /// Files a capture opened while their process lived.
     pub preopened: HashMap<FileId, File>,
+    /// Namespace PIDs a capture read while the processes lived (before `processes.txt` is written).
+    pub nspids: HashMap<u32, u32>,
+    /// The captured JIT files are still being copied, under this lock: one may end in a record being written.
+    pub jit_copies_growing: Option<Arc<std::sync::Mutex<()>>>,
     pub warnings: Warnings,
 }
 
@@ -97,6 +101,8 @@ impl Sources {
             build_ids: HashMap::new(),
             recorded_release: None,
             preopened: HashMap::new(),
+            nspids: HashMap::new(),
+            jit_copies_growing: None,
             warnings: Warnings::default(),
         })
     }
@@ -149,6 +155,19 @@ impl Sources {
         k
     }
 
+    /// A captured perf map or jitdump (named by `name`), read whole (while the capture writes none).
+    fn read_captured_jit_file(&self, name: impl Fn(&CapturedDir) -> String) -> Option<Vec<u8>> {
+        let captured = self.captured.as_ref()?;
+        let _copying = self.jit_copies_growing.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
+        captured.read_jit_file(&name(captured))
+    }
+
+    /// Forgets every perf map, jitdump and set of JIT frames loaded: they are read again when next needed (a
+    /// capture's copies have grown).
+    pub fn forget_jit_files(&mut self) {
+        self.jit.clear();
+    }
+
     /// The process's perf map and the name it is shown under (`/tmp/perf-<nspid>.map`).
     pub fn perf_map(&mut self, pid: u32, processes: &Processes) -> Option<Arc<(Arc<str>, PerfMap)>> {
         let files = self.jit.entry(pid).or_default();
@@ -158,7 +177,7 @@ impl Sources {
         files.perf_map_tried = true;
         let nspid = self.nspid(pid, processes);
         let shown: Arc<str> = Arc::from(format!("/tmp/perf-{nspid}.map"));
-        let mut bytes = self.captured.as_ref().and_then(|c| c.read_jit_file(&c.perf_map(pid)));
+        let mut bytes = self.read_captured_jit_file(|c| c.perf_map(pid));
         if bytes.is_none() {
             bytes = self.read_live_jit_file(pid, Path::new(&*shown), processes);
         }
@@ -179,7 +198,10 @@ impl Sources {
             return frames.clone();
         }
         let mut rules = Vec::new();
-        match self.captured.as_ref().map(|c| c.jit_frames(pid)) {
+        let copying = self.jit_copies_growing.as_ref().map(|l| l.lock().unwrap_or_else(|e| e.into_inner()));
+        let captured = self.captured.as_ref().map(|c| c.jit_frames(pid));
+        drop(copying);
+        match captured {
             Some(Ok(Some((frames, bad)))) => {
                 if bad > 0 {
                     self.warnings.warn(format!("{} (PID {pid}): skipped {bad} malformed lines", jit_frames_name(pid)));
@@ -211,8 +233,8 @@ impl Sources {
     }
 
     fn load_jitdump(&mut self, pid: u32, path: &Arc<str>, processes: &Processes) -> Option<(Arc<str>, JitDump)> {
-        let mut bytes = self.captured.as_ref().and_then(|c| c.read_jit_file(&c.jitdump(pid)));
-        let mut still_written = false;
+        let mut bytes = self.read_captured_jit_file(|c| c.jitdump(pid));
+        let mut still_written = bytes.is_some() && self.jit_copies_growing.is_some();
         if bytes.is_none() {
             bytes = self.read_live_jit_file(pid, Path::new(&**path), processes);
             still_written = self.live_procs.get(&pid).is_some_and(|p| p.is_some());
@@ -425,6 +447,9 @@ impl Sources {
     fn nspid(&mut self, pid: u32, processes: &Processes) -> u32 {
         if let Some(p) = self.captured.as_ref().and_then(|c| c.processes.get(&pid)) {
             return p.nspid;
+        }
+        if let Some(&nspid) = self.nspids.get(&pid) {
+            return nspid;
         }
         self.live_process(pid, processes).map_or(pid, |i| i.nspid)
     }

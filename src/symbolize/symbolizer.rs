@@ -26,6 +26,13 @@ use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
 
+/// How far naming a recording that is still being written may go (see [`Symbolizer::for_each_sample_paced`]).
+pub(crate) trait Pace {
+    /// The latest sample time whose names are in place, after bringing `symbolizer`'s sources up to date (it may
+    /// reload them). `last`: every record is read, and the rest is named next (it may wait for what that needs).
+    fn named_up_to(&mut self, symbolizer: &mut Symbolizer, last: bool) -> u64;
+}
+
 /// Counters for the run's summary line and for tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SymbolizeStats {
@@ -263,6 +270,36 @@ impl Symbolizer {
         self.sources.preopened = files;
     }
 
+    /// Files opened later by a capture (see [`set_preopened`](Self::set_preopened)).
+    pub(crate) fn add_preopened(&mut self, files: impl IntoIterator<Item = (FileId, File)>) {
+        self.sources.preopened.extend(files);
+    }
+
+    /// A capture's copies of JIT files are still written, under `lock`: read them holding it, and one may end in a
+    /// record the JIT is still writing (not a file cut short). `None`: they are complete.
+    pub(crate) fn set_jit_copies_growing(&mut self, lock: Option<Arc<std::sync::Mutex<()>>>) {
+        self.sources.jit_copies_growing = lock;
+    }
+
+    /// Namespace PIDs a capture read while the processes lived (they may be gone when their perf maps are named).
+    pub(crate) fn add_process_ids(
+        &mut self,
+        processes: &std::collections::BTreeMap<u32, super::symbols_dir::CapturedProcess>,
+    ) {
+        for (&pid, p) in processes {
+            self.sources.nspids.entry(pid).or_insert(p.nspid);
+        }
+    }
+
+    /// The JIT's perf maps, jitdumps and JIT frames have grown since they were loaded: they are loaded again when
+    /// next needed, and what was named from them is forgotten.
+    pub(crate) fn reload_jit_files(&mut self) {
+        self.sources.forget_jit_files();
+        self.cache.clear();
+        self.stacks.clear();
+        self.stack_cache_frames = 0;
+    }
+
     /// Remember which symbols the run used, for [`take_usage`](Self::take_usage).
     pub(crate) fn record_usage(&mut self) {
         self.usage = Some(Usage::default());
@@ -282,6 +319,17 @@ impl Symbolizer {
     pub fn for_each_sample(
         &mut self,
         reader: &PerfDataReader,
+        f: impl FnMut(ResolvedSample) -> Result<()>,
+    ) -> Result<SymbolizeStats> {
+        self.for_each_sample_paced(reader, None, f)
+    }
+
+    /// [`for_each_sample`](Self::for_each_sample) of an on-CPU recording still being written (a reader
+    /// [`following`](PerfDataReader::following) it): `pace` says how far naming may go.
+    pub(crate) fn for_each_sample_paced(
+        &mut self,
+        reader: &PerfDataReader,
+        mut pace: Option<&mut dyn Pace>,
         mut f: impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<SymbolizeStats> {
         self.add_build_ids(&reader.features().build_ids);
@@ -302,7 +350,8 @@ impl Symbolizer {
             );
         }
         let read = match switch_outs.measure() {
-            super::Measure::OnCpu => self.replay_by_rounds(reader, &event_names, &mut f)?,
+            super::Measure::OnCpu => self.replay_by_rounds(reader, &mut pace, &event_names, &mut f)?,
+            _ if pace.is_some() => anyhow::bail!("only an on-CPU recording is named while it is written"),
             _ => self.replay_timed(reader, &switch_outs, &event_names, &mut f)?,
         };
         // What only the replay needed goes now, before the stages that follow it take their memory.
@@ -341,6 +390,7 @@ impl Symbolizer {
     fn replay_by_rounds(
         &mut self,
         reader: &PerfDataReader,
+        pace: &mut Option<&mut dyn Pace>,
         event_names: &[Arc<str>],
         f: &mut impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<ReadStats> {
@@ -354,7 +404,7 @@ impl Symbolizer {
         // In a big recording, the pages behind what is still waiting are dropped as the pass goes on (they come
         // back from the file if needed), so that memory does not grow with the recording. A small one stays
         // mapped: mapping its pages again would cost more than the memory they take.
-        let release = reader.header().data.size > RELEASE_ABOVE;
+        let release = reader.header().data.size > RELEASE_ABOVE || reader.is_following();
         let mut released_to = 0u64;
         // The lowest place in the file of what waits (records are read in file order, so only a replay changes it).
         let mut lowest_waiting = None;
@@ -367,7 +417,8 @@ impl Symbolizer {
                     lowest_waiting.get_or_insert(offset);
                 }
                 Skimmed::Record(Record::FinishedRound) => {
-                    if let Some(limit) = complete_to {
+                    let paced = pace.as_mut().map_or(u64::MAX, |p| p.named_up_to(self, false));
+                    if let Some(limit) = complete_to.map(|t: u64| t.min(paced)) {
                         let done = self.replay_waiting(reader, &mut waiting, limit, &mut sample, event_names, f)?;
                         undecodable += done;
                         lowest_waiting = waiting.iter().map(|w| w.offset).min();
@@ -390,6 +441,9 @@ impl Symbolizer {
             }
             Ok(())
         })?;
+        if let Some(p) = pace {
+            p.named_up_to(self, true);
+        }
         undecodable += self.replay_waiting(reader, &mut waiting, u64::MAX, &mut sample, event_names, f)?;
         read.undecodable_after_all(undecodable);
         self.stats.lost_samples = lost;

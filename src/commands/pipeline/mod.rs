@@ -31,7 +31,7 @@ use crate::report::profile::{Profile, RecordingFacts, ReportOptions};
 use crate::report::top::{self, TopFrames};
 use crate::report::view::View;
 use crate::report::{self, Weight};
-use crate::symbolize::{Capture, Measure, ResolvedSample, SymbolizeOptions, SymbolizeStats, Symbolizer};
+use crate::symbolize::{Capture, LiveNaming, Measure, ResolvedSample, SymbolizeOptions, SymbolizeStats, Symbolizer};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
@@ -46,15 +46,31 @@ pub const PERF_DATA_FILE: &str = "perf.data";
 pub struct OutputRequest<'a> {
     /// The output directory; perf.data (and `symbols/` when captured) are in it.
     pub dir: &'a Dir,
-    /// Its perf.data, opened by [`open_recording`].
-    pub recording: File,
+    pub recording: Recording,
     pub names: FrameNames,
-    /// perf.data's entry in the archive, when it was compressed while recording ([`PerfDataFollower`]).
-    pub perf_data_segments: Option<Vec<Segment>>,
     pub report: ReportOptions,
     /// Overrides the flame graph's title.
     pub title: Option<String>,
-    pub metadata: MetadataSource,
+}
+
+/// The perf.data the outputs are made from.
+pub enum Recording {
+    /// Complete, opened by [`open_recording`].
+    Complete {
+        file: File,
+        /// Its entry in the archive, when it was compressed while recording ([`PerfDataFollower`]).
+        perf_data_segments: Option<Vec<Segment>>,
+        metadata: MetadataSource,
+    },
+    /// Still being recorded: read as it is written (an on-CPU recording, named by a capture's
+    /// [`LiveNaming`]) and compressed into the archive as it grows; what is known only at its end comes through
+    /// `end`.
+    Following { reader: Box<PerfDataReader>, end: mpsc::Receiver<RecordingEnd> },
+}
+
+/// What a recording named while it was written adds once it is over.
+pub struct RecordingEnd {
+    pub metadata: Metadata,
 }
 
 /// Where the frames' names come from.
@@ -65,12 +81,15 @@ pub enum FrameNames {
     /// outputs is the one that finds what they used and saves it into `symbols/` (collect), so each sample is named
     /// once. `left` is what a second signal leaves once `symbols/` is complete (see [`crate::interrupt`]).
     Capture { capture: Box<Capture>, left: String },
+    /// A capture naming the samples while they are recorded ([`Recording::Following`]).
+    Live { naming: Box<LiveNaming>, left: String },
 }
 
 /// Names the samples as [`FrameNames`] says.
 enum Namer {
     Symbolizer(Box<Symbolizer>),
     Capture(Box<Capture>, String),
+    Live(Box<LiveNaming>, String),
 }
 
 impl Namer {
@@ -78,6 +97,7 @@ impl Namer {
         Ok(match names {
             FrameNames::Options(opts) => Namer::Symbolizer(Box::new(Symbolizer::new(&opts)?)),
             FrameNames::Capture { capture, left } => Namer::Capture(capture, left),
+            FrameNames::Live { naming, left } => Namer::Live(naming, left),
         })
     }
 
@@ -93,8 +113,13 @@ impl Namer {
     ) -> Result<SymbolizeStats> {
         match self {
             Namer::Symbolizer(mut symbolizer) => symbolizer.for_each_sample(reader, f),
-            Namer::Capture(capture, left) => {
-                let saved = capture.finish(reader, f)?;
+            Namer::Capture(_, ref left) | Namer::Live(_, ref left) => {
+                let left = left.clone();
+                let saved = match self {
+                    Namer::Capture(capture, _) => capture.finish(reader, f)?,
+                    Namer::Live(naming, _) => naming.for_each_sample(reader, f)?,
+                    Namer::Symbolizer(_) => unreachable!("matched above"),
+                };
                 tracing::info!(
                     "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB)",
                     saved.perf_maps,
@@ -147,15 +172,24 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let begun = Instant::now();
     let dir = req.dir;
     let perf_data = dir.shown(PERF_DATA_FILE);
-    let reader = PerfDataReader::from_file(&req.recording, &perf_data)?;
-    // Archived from its own handle (read in pieces, not through the reader's mapping, so it does not stay resident).
-    let perf_data_file = req.recording;
-    let perf_data_meta = perf_data_file.metadata().with_context(|| format!("cannot read {}", perf_data.display()))?;
-    if let Some(cut) = cut_short(&reader, perf_data_meta.len()) {
-        if !has_a_sample(&reader) {
-            bail!("{} is {cut} before its first complete sample: there is nothing to show", perf_data.display());
+    let (reader, mut input) = match req.recording {
+        Recording::Complete { file, perf_data_segments, metadata } => {
+            let reader = PerfDataReader::from_file(&file, &perf_data)?;
+            let len = file.metadata().with_context(|| format!("cannot read {}", perf_data.display()))?.len();
+            if let Some(cut) = cut_short(&reader, len) {
+                if !has_a_sample(&reader) {
+                    bail!(
+                        "{} is {cut} before its first complete sample: there is nothing to show",
+                        perf_data.display()
+                    );
+                }
+            }
+            // Archived from its own handle (read in pieces, not through the reader's mapping, so it does not stay
+            // resident).
+            (reader, Input::Complete { file, perf_data_segments, metadata })
         }
-    }
+        Recording::Following { reader, end } => (*reader, Input::Following(end)),
+    };
     let namer = Namer::new(req.names)?;
     // What the recording measured decides how samples weigh, whatever the caller asked for: off-CPU and wall-clock
     // recordings are weighted in time.
@@ -166,143 +200,150 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     }
 
     // An abort (a second Ctrl+C while the outputs are written) removes it, so no half-made outputs stay behind.
-    let staging = crate::interrupt::remove_on_abort(&dir.shown(Staging::name()), || Staging::create(dir))?;
+    let staging = crate::interrupt::remove_until_published(&dir.shown(Staging::name()), || Staging::create(dir))?;
     let script_path = staging.dir().shown(report::PERF_SCRIPT_FILE);
     let script_file = staging
         .dir()
         .create_file(report::PERF_SCRIPT_FILE)
         .with_context(|| format!("cannot create {}", script_path.display()))?;
     let archive = Tarball::create(staging.dir(), report::ARCHIVE_FILE)?;
+    // A recording followed as it is written goes into the archive as it grows, far into the file, while
+    // perf_script.out is streamed at its start.
+    let mut follower = match &input {
+        Input::Following(_) => {
+            let data_start = reader.data_range().start;
+            let far = archive.far_entry(perf_data_follower::head_len(data_start))?;
+            let formats = reader.sample_formats().clone();
+            Some(PerfDataFollower::start(dir, data_start, formats, Some(far))?)
+        }
+        Input::Complete { .. } => None,
+    };
     // Chunks of script text go from this thread to the writer, then to the compressor, then back for reuse.
     let (to_writer, chunks) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
     let (to_compressor, written) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
     let (recycle, recycled) = mpsc::channel::<Chunk>();
 
-    let (streamed, stats, mut archive, script_len, inputs_segments) = std::thread::scope(|scope| -> Result<_> {
-        // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
-        // from the other stages. Each on its own thread: with stack copies, perf.data alone can take as long as
-        // naming every sample (a collection's was compressed while it was recorded).
-        let perf_data_entry = match req.perf_data_segments {
-            Some(segments) => PerfDataEntry::Ready(segments),
-            None => {
-                let mut echoes = StackEchoes::new(&reader, tarball::BLOCK as u64);
-                // Its compressed segment can be hundreds of MB: kept in a nameless file until it joins the archive.
-                let spill_name = ".perf.data.deflate";
-                let spill_path = staging.dir().shown(spill_name);
-                let spill = staging
-                    .dir()
-                    .scratch_file(spill_name)
-                    .with_context(|| format!("cannot create a scratch file in {}", staging.dir().path().display()))?;
-                PerfDataEntry::Compressing(spawn_named(scope, "archive-perf-data", move || -> Result<Segment> {
-                    let started = Instant::now();
-                    let segment = Segment::of_file(
-                        Path::new(PERF_DATA_FILE),
-                        perf_data_file,
-                        perf_data_meta.len(),
-                        tarball::mtime_of(&perf_data_meta),
-                        |at, bytes, out| echoes.scan(at, bytes, out),
-                        (spill, &spill_path),
-                    )?;
-                    tracing::debug!(
-                        "perf.data compressed to {:.2} MB in {:.1?} ({})",
-                        segment.compressed.size() as f64 / 1e6,
-                        started.elapsed(),
-                        thread_cpu()
-                    );
-                    Ok(segment)
-                })?)
-            }
-        };
-        let compress_naming = || -> Result<Segment> {
-            let started = Instant::now();
-            let segment = naming_segment(dir)?;
-            tracing::debug!("naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
-            Ok(segment)
-        };
-        // A capture writes symbols/ as it names the samples: compressed after them (trimmed, it takes a few ms).
-        let naming_segment = match namer.symbols_ready() {
-            true => Some(spawn_named(scope, "archive-naming", compress_naming)?),
-            false => None,
-        };
-        // The perf_script.out of an earlier run is deleted as soon as this run has samples to show (not before: a
-        // `-pid` that selects nothing keeps it), so that its deletion, the slowest file operation of a run (the
-        // page cache of a 100 MB file), overlaps the run instead of following it. The name stays empty until the
-        // new file is published; a run that fails after this point leaves no perf_script.out (the earlier run's
-        // prof.tar.gz still holds it) and every other output as it was.
-        let set_aside_old_script = staging.set_aside(report::PERF_SCRIPT_FILE);
-        let writer = spawn_named(scope, "script-writer", move || {
-            script_file::write(script_file, &script_path, chunks, to_compressor, || {
-                if let Some(old) = set_aside_old_script() {
-                    // Without a thread to spare, it goes with the staging folder at the end.
-                    let _ = spawn_named(scope, "old-script-rm", move || old.remove());
+    let (streamed, stats, mut archive, script_len, (perf_data_part, naming_segment), ended) =
+        std::thread::scope(|scope| -> Result<_> {
+            // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
+            // from the other stages. Each on its own thread: with stack copies, perf.data alone can take as long as
+            // naming every sample (a collection's was compressed while it was recorded).
+            let perf_data_entry = match &mut input {
+                Input::Complete { perf_data_segments: segments @ Some(_), .. } => {
+                    PerfDataEntry::Ready(segments.take().unwrap_or_default())
                 }
-            })
-        })?;
-        let compressor =
-            spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive))?;
-        // Named samples go from this thread to the report stage's in batches, and the batches come back empty.
-        let (to_report, batches) = mpsc::sync_channel::<Vec<ResolvedSample>>(BATCHES_IN_FLIGHT);
-        let (return_batch, returned_batches) = mpsc::channel::<Vec<ResolvedSample>>();
-        let report_opts = &report_opts;
-        let report = spawn_named(scope, "report", move || -> Result<Profile> {
-            let started = Instant::now();
-            let mut sink = SampleSink::new(report_opts, to_writer, recycled);
-            for mut batch in batches {
-                for sample in batch.drain(..) {
-                    sink.take(sample)?;
+                Input::Complete { file, .. } => {
+                    let file = file.try_clone().with_context(|| format!("cannot read {}", perf_data.display()))?;
+                    let (reader, staging, shown) = (&reader, &staging, &perf_data);
+                    PerfDataEntry::Compressing(spawn_named(scope, "archive-perf-data", move || {
+                        compress_perf_data(reader, file, shown, staging)
+                    })?)
                 }
-                let _ = return_batch.send(batch);
+                // Compressed into the archive while it is recorded.
+                Input::Following(_) => PerfDataEntry::AtTheEnd,
+            };
+            let compress_naming = || -> Result<Segment> {
+                let started = Instant::now();
+                let segment = naming_segment(dir)?;
+                tracing::debug!("naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
+                Ok(segment)
+            };
+            // A capture writes symbols/ as it names the samples: compressed after them (trimmed, it takes a few ms).
+            let naming_segment = match namer.symbols_ready() {
+                true => Some(spawn_named(scope, "archive-naming", compress_naming)?),
+                false => None,
+            };
+            // The perf_script.out of an earlier run is deleted as soon as this run has samples to show (not before: a
+            // `-pid` that selects nothing keeps it), so that its deletion, the slowest file operation of a run (the
+            // page cache of a 100 MB file), overlaps the run instead of following it. The name stays empty until the
+            // new file is published; a run that fails after this point leaves no perf_script.out (the earlier run's
+            // prof.tar.gz still holds it) and every other output as it was.
+            let set_aside_old_script = staging.set_aside(report::PERF_SCRIPT_FILE);
+            let writer = spawn_named(scope, "script-writer", move || {
+                script_file::write(script_file, &script_path, chunks, to_compressor, || {
+                    if let Some(old) = set_aside_old_script() {
+                        // Without a thread to spare, it goes with the staging folder at the end.
+                        let _ = spawn_named(scope, "old-script-rm", move || old.remove());
+                    }
+                })
+            })?;
+            let compressor =
+                spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive))?;
+            // Named samples go from this thread to the report stage's in batches, and the batches come back empty.
+            let (to_report, batches) = mpsc::sync_channel::<Vec<ResolvedSample>>(BATCHES_IN_FLIGHT);
+            let (return_batch, returned_batches) = mpsc::channel::<Vec<ResolvedSample>>();
+            let report_opts = &report_opts;
+            let report = spawn_named(scope, "report", move || -> Result<Profile> {
+                let started = Instant::now();
+                let mut sink = SampleSink::new(report_opts, to_writer, recycled);
+                for mut batch in batches {
+                    for sample in batch.drain(..) {
+                        sink.take(sample)?;
+                    }
+                    let _ = return_batch.send(batch);
+                }
+                let profile = sink.finish();
+                tracing::debug!("rendered and folded the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+                profile
+            })?;
+            // The symbolizer reports the reader's warnings (with everything else it finds).
+            let started = Instant::now();
+            let mut batch = Vec::with_capacity(BATCH_SAMPLES);
+            let stats = namer.for_each_sample(&reader, |s| {
+                batch.push(s);
+                if batch.len() == BATCH_SAMPLES {
+                    let next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
+                    // A report stage that stopped (its writer failed) says why when joined.
+                    to_report
+                        .send(std::mem::replace(&mut batch, next))
+                        .map_err(|_| anyhow!("the report stage stopped"))?;
+                }
+                Ok(())
+            });
+            if !batch.is_empty() {
+                let _ = to_report.send(batch);
             }
-            let profile = sink.finish();
-            tracing::debug!("rendered and folded the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
-            profile
+            drop(to_report);
+            tracing::debug!("named the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+            let streamed = report.join().map_err(|_| anyhow!("the report stage panicked"))?;
+            // A failed writer or compressor (disk full) is the cause of any failure the stream then reports; a
+            // failed compressor stops the writer too.
+            let written = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))?;
+            let compressed = compressor.join().map_err(|_| anyhow!("the perf script compressor panicked"))?;
+            let (archive, script_len) = compressed?;
+            written?;
+            let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
+            let ended = match &input {
+                Input::Following(end) => {
+                    Some(end.recv().map_err(|_| anyhow!("the recording ended without its facts"))?)
+                }
+                Input::Complete { .. } => None,
+            };
+            let perf_data_part = match perf_data_entry {
+                PerfDataEntry::Ready(segments) => PerfDataPart::Segments(segments),
+                PerfDataEntry::Compressing(thread) => PerfDataPart::Segments(vec![thread
+                    .join()
+                    .map_err(|_| anyhow!("compressing perf.data panicked"))??]),
+                PerfDataEntry::AtTheEnd => {
+                    PerfDataPart::Followed(follower.take().expect("started for a followed recording").finish()?)
+                }
+            };
+            let naming = match naming_segment {
+                Some(thread) => thread.join().map_err(|_| anyhow!("compressing the naming files panicked"))??,
+                None => compress_naming()?,
+            };
+            Ok((streamed?, stats, archive, script_len, (perf_data_part, naming), ended))
         })?;
-        // The symbolizer reports the reader's warnings (with everything else it finds).
-        let started = Instant::now();
-        let mut batch = Vec::with_capacity(BATCH_SAMPLES);
-        let stats = namer.for_each_sample(&reader, |s| {
-            batch.push(s);
-            if batch.len() == BATCH_SAMPLES {
-                let next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
-                // A report stage that stopped (its writer failed) says why when joined.
-                to_report.send(std::mem::replace(&mut batch, next)).map_err(|_| anyhow!("the report stage stopped"))?;
-            }
-            Ok(())
-        });
-        if !batch.is_empty() {
-            let _ = to_report.send(batch);
-        }
-        drop(to_report);
-        tracing::debug!("named the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
-        let streamed = report.join().map_err(|_| anyhow!("the report stage panicked"))?;
-        // A failed writer or compressor (disk full) is the cause of any failure the stream then reports; a
-        // failed compressor stops the writer too.
-        let written = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))?;
-        let compressed = compressor.join().map_err(|_| anyhow!("the perf script compressor panicked"))?;
-        let (archive, script_len) = compressed?;
-        written?;
-        let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
-        let mut inputs_segments = match perf_data_entry {
-            PerfDataEntry::Ready(segments) => segments,
-            PerfDataEntry::Compressing(thread) => {
-                vec![thread.join().map_err(|_| anyhow!("compressing perf.data panicked"))??]
-            }
-        };
-        inputs_segments.push(match naming_segment {
-            Some(thread) => thread.join().map_err(|_| anyhow!("compressing the naming files panicked"))??,
-            None => compress_naming()?,
-        });
-        Ok((streamed?, stats, archive, script_len, inputs_segments))
-    })?;
     let Profile { folded, threads, facts, shown } = streamed;
     let view = &report_opts.view;
     if shown == 0 && facts.samples > 0 && (view.pid.is_some() || view.tid.is_some()) {
         bail!("{}", nothing_selected(view, &facts));
     }
 
-    let mut meta = match req.metadata {
-        MetadataSource::Given(meta) => *meta,
-        MetadataSource::FromRecording => metadata_from_recording(&reader, &facts, &stats),
+    let mut meta = match (input, ended) {
+        (_, Some(ended)) => ended.metadata,
+        (Input::Complete { metadata: MetadataSource::Given(meta), .. }, None) => *meta,
+        (_, None) => metadata_from_recording(&reader, &facts, &stats),
     };
     if meta.event.is_empty() {
         meta.event = reader.events().iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(",");
@@ -366,9 +407,11 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     // and metadata.txt.
     let entries: Vec<tarball::Entry> =
         rest.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
-    for segment in &inputs_segments {
-        archive.append(segment)?;
+    match perf_data_part {
+        PerfDataPart::Segments(segments) => segments.iter().try_for_each(|s| archive.append(s))?,
+        PerfDataPart::Followed(followed) => followed.add_to(&mut archive)?,
     }
+    archive.append(&naming_segment)?;
     archive.append(&folded_segment)?;
     archive.append(&Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, true)?)?;
     archive.finish(&tarball::tar_header(Path::new(report::PERF_SCRIPT_FILE), script_len, now, false)?)?;
@@ -397,10 +440,53 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     })
 }
 
-/// perf.data's entry in the archive: compressed while it was recorded, or being compressed by a thread.
+/// perf.data's entry in the archive: compressed while it was recorded, being compressed by a thread, or known when
+/// the recording followed is over.
 enum PerfDataEntry<'scope> {
     Ready(Vec<Segment>),
     Compressing(std::thread::ScopedJoinHandle<'scope, Result<Segment>>),
+    AtTheEnd,
+}
+
+/// perf.data's entry, ready to join the archive.
+enum PerfDataPart {
+    Segments(Vec<Segment>),
+    Followed(perf_data_follower::FollowedPerfData),
+}
+
+/// The recording as [`generate`] takes it in.
+enum Input {
+    Complete { file: File, perf_data_segments: Option<Vec<Segment>>, metadata: MetadataSource },
+    Following(mpsc::Receiver<RecordingEnd>),
+}
+
+/// perf.data (complete, read by `reader`) compressed for the archive, with its stack copies' echoes. Its compressed
+/// segment can be hundreds of MB: kept in a nameless file in `staging` until it joins the archive.
+fn compress_perf_data(reader: &PerfDataReader, file: File, shown: &Path, staging: &Staging) -> Result<Segment> {
+    let started = Instant::now();
+    let meta = file.metadata().with_context(|| format!("cannot read {}", shown.display()))?;
+    let mut echoes = StackEchoes::new(reader, tarball::BLOCK as u64);
+    let spill_name = ".perf.data.deflate";
+    let spill_path = staging.dir().shown(spill_name);
+    let spill = staging
+        .dir()
+        .scratch_file(spill_name)
+        .with_context(|| format!("cannot create a scratch file in {}", staging.dir().path().display()))?;
+    let segment = Segment::of_file(
+        Path::new(PERF_DATA_FILE),
+        file,
+        meta.len(),
+        tarball::mtime_of(&meta),
+        |at, bytes, out| echoes.scan(at, bytes, out),
+        (spill, &spill_path),
+    )?;
+    tracing::debug!(
+        "perf.data compressed to {:.2} MB in {:.1?} ({})",
+        segment.compressed.size() as f64 / 1e6,
+        started.elapsed(),
+        thread_cpu()
+    );
+    Ok(segment)
 }
 
 /// A small output's name and bytes.

@@ -3,13 +3,14 @@
 //! naming every sample; followed as it grows, only what came last is left when the recording ends.
 //!
 //! A thread of low priority (nice 10: the target comes first) reads the records the recorder has written, every
-//! 250 ms, into a [`SegmentWriter`] with their stack copies' echoes. perf.data's header and attrs come first in the
-//! file but are final only at the end, and the tar header needs the final size: they make a small segment of their
-//! own at the end, before the followed one, which ends with the feature sections written last.
+//! 250 ms, into a [`SegmentWriter`] with their stack copies' echoes: into a scratch file, or straight into the
+//! archive as its [`FarEntry`] when the archive is being made during the recording. perf.data's header and attrs
+//! come first in the file but are final only at the end, and the tar header needs the final size: they make the
+//! entry's head, known at the end, before the followed segment, which ends with the feature sections written last.
 
 use super::PERF_DATA_FILE;
 use crate::archive::deflate::Codec;
-use crate::archive::tarball::{self, Segment, SegmentWriter};
+use crate::archive::tarball::{self, FarEntry, Segment, SegmentWriter, Tarball};
 use crate::fs::{Dir, Limit};
 use crate::perf_data::echoes::StackEchoes;
 use crate::perf_data::{PerfDataReader, SampleFormats};
@@ -40,30 +41,69 @@ type Shared = Arc<(Mutex<Recording>, Condvar)>;
 /// The thread following one perf.data.
 pub struct PerfDataFollower {
     state: Shared,
-    thread: Option<JoinHandle<Result<Vec<Segment>>>>,
+    thread: Option<JoinHandle<Result<FollowedPerfData>>>,
+}
+
+/// perf.data's archive entry, made while it was recorded.
+pub struct FollowedPerfData {
+    /// The tar header and the file's header and attrs.
+    head: Vec<u8>,
+    /// The records and what follows them.
+    rest: Segment,
+    /// Where `rest` was written, if into the archive.
+    far: Option<FarEntry>,
+}
+
+impl FollowedPerfData {
+    /// The entry as segments to append (it was compressed into a scratch file).
+    pub fn into_segments(self) -> Result<Vec<Segment>> {
+        anyhow::ensure!(self.far.is_none(), "perf.data was compressed into the archive");
+        Ok(vec![Segment::of_bytes(Codec::Miniz(Compression::fast()), &[&self.head]), self.rest])
+    }
+
+    /// Adds the entry to `archive` (which it may already be in).
+    pub fn add_to(self, archive: &mut Tarball) -> Result<()> {
+        match self.far {
+            Some(far) => archive.join_far(far, &self.head, &self.rest),
+            None => self.into_segments()?.iter().try_for_each(|s| archive.append(s)),
+        }
+    }
 }
 
 impl PerfDataFollower {
-    /// Follows `dir/perf.data`, whose records start at file offset `data_start`, laid out as `formats` say.
-    pub fn start(dir: &Dir, data_start: u64, formats: SampleFormats) -> Result<PerfDataFollower> {
+    /// Follows `dir/perf.data`, whose records start at file offset `data_start`, laid out as `formats` say; into
+    /// `far` (an archive's far entry, for a head of [`head_len`] bytes), else a scratch file in `dir`.
+    pub fn start(
+        dir: &Dir,
+        data_start: u64,
+        formats: SampleFormats,
+        far: Option<FarEntry>,
+    ) -> Result<PerfDataFollower> {
         let (file, _) = dir.open_input(PERF_DATA_FILE, Limit::NONE)?;
-        let spill_name = ".perf.data.deflate";
-        let spill = dir
-            .scratch_file(spill_name)
-            .with_context(|| format!("cannot create a scratch file in {}", dir.path().display()))?;
-        let (spill_path, shown) = (dir.shown(spill_name), dir.shown(PERF_DATA_FILE));
+        let out = match &far {
+            Some(entry) => SegmentWriter::far(entry)?,
+            None => {
+                let spill_name = ".perf.data.deflate";
+                let spill = dir
+                    .scratch_file(spill_name)
+                    .with_context(|| format!("cannot create a scratch file in {}", dir.path().display()))?;
+                SegmentWriter::new((spill, &dir.shown(spill_name)))
+            }
+        };
+        let shown = dir.shown(PERF_DATA_FILE);
         let state: Shared = Arc::new((Mutex::new(Recording::Going), Condvar::new()));
         let shared = state.clone();
         let thread = std::thread::Builder::new().name("archive-perf-data".into()).spawn(move || {
             // SAFETY: setpriority on the calling thread (who = 0) only changes its nice value.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
-            follow(file, &shown, data_start, formats, SegmentWriter::new((spill, &spill_path)), &shared)
+            let (head, rest) = follow(file, &shown, data_start, formats, out, &shared)?;
+            Ok(FollowedPerfData { head, rest, far })
         })?;
         Ok(PerfDataFollower { state, thread: Some(thread) })
     }
 
-    /// perf.data is complete: compresses what is left and returns its entry's segments, in archive order.
-    pub fn finish(mut self) -> Result<Vec<Segment>> {
+    /// perf.data is complete: compresses what is left and returns its entry.
+    pub fn finish(mut self) -> Result<FollowedPerfData> {
         self.tell(Recording::Finished);
         let thread = self.thread.take().expect("joined once");
         thread.join().map_err(|_| anyhow!("compressing perf.data panicked"))?
@@ -102,7 +142,7 @@ fn follow(
     formats: SampleFormats,
     mut out: SegmentWriter,
     shared: &Shared,
-) -> Result<Vec<Segment>> {
+) -> Result<(Vec<u8>, Segment)> {
     let read_error = || format!("cannot read {}", shown.display());
     let mut echoes = StackEchoes::following(formats, data_start);
     let mut pos = file.seek(SeekFrom::Start(data_start)).with_context(read_error)?;
@@ -142,8 +182,12 @@ fn follow(
     let mut head = vec![0u8; data_start as usize];
     file.read_exact_at(&mut head, 0).with_context(read_error)?;
     let entry = tarball::tar_header(Path::new(PERF_DATA_FILE), len, tarball::mtime_of(&meta), false)?;
-    let header_and_attrs = Segment::of_bytes(Codec::Miniz(Compression::fast()), &[&entry, &head]);
-    Ok(vec![header_and_attrs, records_and_rest])
+    Ok(([&entry[..], &head].concat(), records_and_rest))
+}
+
+/// The bytes of perf.data's entry head, for a recording whose records start at `data_start`.
+pub fn head_len(data_start: u64) -> usize {
+    tarball::BLOCK + data_start as usize
 }
 
 /// Compresses `file` from `pos` (where it stands) up to `len`, or to its end if that comes first; returns where it
@@ -178,6 +222,7 @@ mod tests {
                     file.read_exact_at(&mut bytes, 0).unwrap();
                     deflated.extend_from_slice(&bytes);
                 }
+                Compressed::Far(_) => unreachable!("followed into a scratch file"),
             }
             crc.combine(&segment.crc);
         }
@@ -195,14 +240,14 @@ mod tests {
             let tmp = tempfile::tempdir().unwrap();
             let dir = Dir::open(tmp.path()).unwrap();
             let mut w = stack_copy_writer(tmp.path());
-            let follower = PerfDataFollower::start(&dir, w.data_offset(), w.sample_formats()).unwrap();
+            let follower = PerfDataFollower::start(&dir, w.data_offset(), w.sample_formats(), None).unwrap();
             write_stack_copies(&mut w, 0..1500);
             if look_while_recording {
                 std::thread::sleep(EVERY * 3);
             }
             write_stack_copies(&mut w, 1500..2000);
             w.finish(&Default::default()).unwrap();
-            let segments = follower.finish().unwrap();
+            let segments = follower.finish().unwrap().into_segments().unwrap();
             let (unpacked, crc) = unpack(&segments);
             let file = std::fs::read(tmp.path().join(PERF_DATA_FILE)).unwrap();
             let header = tar::Header::from_byte_slice(&unpacked[..tarball::BLOCK]);
