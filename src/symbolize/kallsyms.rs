@@ -41,8 +41,12 @@ impl KernelSymbols {
     fn parse_owned(text: String) -> KernelSymbols {
         let mut listed = 0usize;
         let mut any_nonzero = false;
-        // (address, where its line starts)
-        let mut entries: Vec<(u64, u32)> = Vec::with_capacity(text.len() / 40);
+        // Each symbol ends where the next starts, so while the lines come in address order (as kallsyms lists them)
+        // a range is finished as soon as its successor is read: one pass, no sort, one table. A line in the kernel's
+        // layout takes at least 21 bytes, so the table is sized once (its untouched end costs no page faults and is
+        // given back at the end) instead of counting lines in a pass of its own.
+        let mut ranges: Vec<Range<u32>> = Vec::with_capacity(text.len() / 21 + 1);
+        let mut sorted = true;
         let mut at = 0;
         while at < text.len() {
             let (fields, next) = match fixed_line(text.as_bytes(), at) {
@@ -61,21 +65,36 @@ impl KernelSymbols {
             listed += 1;
             any_nonzero |= addr != 0;
             // Text symbols only (t/T, weak w/W): data symbols would swallow code addresses between them.
-            if matches!(kind, b't' | b'T' | b'w' | b'W') && addr != 0 {
-                entries.push((addr, line));
+            if !matches!(kind, b't' | b'T' | b'w' | b'W') || addr == 0 {
+                continue;
             }
+            if let Some(last) = ranges.last_mut() {
+                // Aliases share a start address (`_stext`/`_text`): the first listed is kept.
+                if addr == last.start {
+                    continue;
+                }
+                sorted &= addr > last.start;
+                last.end = addr;
+            }
+            ranges.push(Range { start: addr, end: addr, value: line });
         }
         let hidden = listed > 0 && !any_nonzero;
-        // Aliases share a start address (`_stext`/`_text`): keep the first listed (kallsyms is in address order
-        // already, which the stable sort's run detection makes cheap).
-        entries.sort_by_key(|&(addr, _)| addr);
-        entries.dedup_by_key(|&mut (addr, _)| addr);
-        let mut ranges = Vec::with_capacity(entries.len());
-        for (i, &(start, line)) in entries.iter().enumerate() {
-            let end = entries.get(i + 1).map_or(start.saturating_add(LAST_SYMBOL_SIZE), |next| next.0);
-            ranges.push(Range { start, end, value: line });
+        if !sorted {
+            // The stable sort keeps the first listed of an address first.
+            ranges.sort_by_key(|r| r.start);
+            ranges.dedup_by_key(|r| r.start);
+            for i in 1..ranges.len() {
+                ranges[i - 1].end = ranges[i].start;
+            }
         }
-        KernelSymbols { table: RangeTable::from_unsorted(ranges), text: text.into_boxed_str(), hidden }
+        if let Some(last) = ranges.last_mut() {
+            last.end = last.start.saturating_add(LAST_SYMBOL_SIZE);
+            if last.end == last.start {
+                ranges.pop();
+            }
+        }
+        ranges.shrink_to_fit();
+        KernelSymbols { table: RangeTable::from_sorted(ranges), text: text.into_boxed_str(), hidden }
     }
 
     /// A table of `(start, end, name, module)` entries (a capture's saved symbols).
@@ -294,6 +313,61 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
                 }
                 at = end + 1;
             }
+        }
+    }
+
+    /// The table as read before the one-pass reading: every line split at whitespace, sorted, clipped.
+    fn reference_table(text: &str) -> (Vec<(u64, u64, u32)>, bool) {
+        let (mut listed, mut any_nonzero, mut entries) = (0, false, Vec::new());
+        let mut at = 0;
+        while at < text.len() {
+            let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+            let mut split = text[at..end].split_whitespace();
+            let fields = (split.next().and_then(parse_address), split.next(), split.next());
+            if let (Some(addr), Some(kind), Some(_)) = fields {
+                listed += 1;
+                any_nonzero |= addr != 0;
+                if ["t", "T", "w", "W"].contains(&kind) && addr != 0 {
+                    entries.push((addr, at as u32));
+                }
+            }
+            at = end + 1;
+        }
+        entries.sort_by_key(|&(addr, _)| addr);
+        entries.dedup_by_key(|&mut (addr, _)| addr);
+        let ranges = (0..entries.len()).map(|i| {
+            let (start, line) = entries[i];
+            let end = entries.get(i + 1).map_or(start.saturating_add(LAST_SYMBOL_SIZE), |next| next.0);
+            Range { start, end, value: line }
+        });
+        let table = RangeTable::from_unsorted(ranges.collect());
+        (table.iter().map(|r| (r.start, r.end, r.value)).collect(), listed > 0 && !any_nonzero)
+    }
+
+    #[test]
+    fn one_pass_reads_as_sorting_and_clipping() {
+        let mut live = String::new();
+        std::io::Read::read_to_string(&mut crate::procfs::kallsyms().unwrap(), &mut live).unwrap();
+        // Out of order, repeated and odd lines.
+        let mut shuffled: Vec<&str> = live.lines().collect();
+        shuffled.reverse();
+        let third = shuffled.len() / 3;
+        shuffled.rotate_left(third);
+        let shuffled = shuffled.join("\n");
+        let odd = "ffffffff81000010 T b\nffffffff81000000 t a\nffffffff81000010 W b2\nFFFFFFFF81000020 T upper\n\
+                   0xffffffff81000030 T prefixed\nffffffff81000000 T a2\n  ffffffff81000040\tT spaced\n\
+                   ffffffffffffffff T last\nffffffff8100005 T short\nffffffff81000050 D data\n";
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0004);
+        let mut inputs = vec![live.clone(), shuffled, odd.to_string(), SAMPLE.to_string()];
+        inputs.extend(
+            rng.inputs(&[SAMPLE.as_bytes(), odd.as_bytes()], 2000)
+                .into_iter()
+                .map(|b| String::from_utf8_lossy(&b).into()),
+        );
+        for text in &inputs {
+            let k = KernelSymbols::parse(text);
+            let table: Vec<_> = k.table.iter().map(|r| (r.start, r.end, r.value)).collect();
+            assert_eq!((table, k.hidden), reference_table(text), "{:?}", &text[..text.len().min(200)]);
         }
     }
 
