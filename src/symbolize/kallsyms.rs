@@ -170,52 +170,57 @@ impl KernelSymbols {
     }
 }
 
-/// Each byte's value as a hex digit, or 0xff.
-const HEX_DIGIT: [u8; 256] = {
-    let mut table = [0xff; 256];
-    let mut b = 0;
-    while b < 256 {
-        table[b] = match b as u8 {
-            d @ b'0'..=b'9' => d - b'0',
-            d @ b'a'..=b'f' => d - b'a' + 10,
-            d @ b'A'..=b'F' => d - b'A' + 10,
-            _ => 0xff,
-        };
-        b += 1;
-    }
-    table
-};
-
 /// The address, type and end of the line at `at` if it starts with the kernel's own layout, `%016lx %c ` and a
 /// name (over 100,000 lines per kallsyms: this is most of reading it); `None` for any other line, which is read by
-/// the general split. The line is found by a word-at-a-time search for its newline.
+/// the general split. The line is found by a search for its newline two words at a time.
 fn fixed_line(bytes: &[u8], at: usize) -> Option<(u64, u8, usize)> {
     let line = &bytes[at..];
     if line.len() < 20 || line[16] != b' ' || line[18] != b' ' {
         return None;
     }
-    let (mut addr, mut bad) = (0u64, 0u8);
-    for &b in &line[..16] {
-        let digit = HEX_DIGIT[b as usize];
-        bad |= digit;
-        addr = addr << 4 | (digit & 0xf) as u64;
-    }
-    if bad == 0xff || !line[17].is_ascii_graphic() || !line[19].is_ascii_graphic() {
+    let addr = (hex8(line[..8].try_into().unwrap())? as u64) << 32 | hex8(line[8..16].try_into().unwrap())? as u64;
+    if !line[17].is_ascii_graphic() || !line[19].is_ascii_graphic() {
         return None;
     }
-    const ONES: u64 = 0x0101_0101_0101_0101;
+    // Sixteen bytes a step (names are 24 bytes on average); a word's lowest flagged byte is a true newline.
     const NEWLINES: u64 = ONES * b'\n' as u64;
+    let newlines = |word: &[u8]| {
+        let word = u64::from_le_bytes(word.try_into().unwrap()) ^ NEWLINES;
+        word.wrapping_sub(ONES) & !word & HIGH_BITS
+    };
     let mut i = 20;
-    while i + 8 <= line.len() {
-        let word = u64::from_le_bytes(line[i..i + 8].try_into().unwrap()) ^ NEWLINES;
-        let zero = word.wrapping_sub(ONES) & !word & (ONES << 7);
-        if zero != 0 {
-            return Some((addr, line[17], at + i + zero.trailing_zeros() as usize / 8 + 1));
+    while let Some(chunk) = line.get(i..i + 16) {
+        let (low, high) = (newlines(&chunk[..8]), newlines(&chunk[8..]));
+        if low | high != 0 {
+            let bit = if low != 0 { low.trailing_zeros() } else { 64 + high.trailing_zeros() };
+            return Some((addr, line[17], at + i + bit as usize / 8 + 1));
         }
-        i += 8;
+        i += 16;
     }
     let end = line[i..].iter().position(|&b| b == b'\n').map_or(line.len(), |n| i + n);
     Some((addr, line[17], at + end + 1))
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH_BITS: u64 = ONES << 7;
+
+/// Eight lowercase hex digits (as the kernel prints them; any other line is left to the general split), all eight
+/// at once: a byte at a time was a quarter of reading kallsyms.
+fn hex8(digits: [u8; 8]) -> Option<u32> {
+    // The first digit in the top byte, so the nibbles pack in order.
+    let x = u64::from_be_bytes(digits);
+    // With every byte below 0x80, adding 0x80 - n to each sets its top bit exactly where it is at least n, and
+    // never carries into the next byte.
+    let at_least = |n: u8| x.wrapping_add(ONES * (0x80 - n) as u64) & HIGH_BITS;
+    let digit = at_least(b'0') & !at_least(b'9' + 1);
+    let letter = at_least(b'a') & !at_least(b'f' + 1);
+    if x & HIGH_BITS != 0 || digit | letter != HIGH_BITS {
+        return None;
+    }
+    let mut n = (x & (ONES * 0xf)) + (letter >> 7) * 9;
+    n = (n | n >> 4) & 0x00ff_00ff_00ff_00ff;
+    n = (n | n >> 8) & 0x0000_ffff_0000_ffff;
+    Some((n | n >> 16) as u32)
 }
 
 /// A kallsyms address: hex digits (an optional `0x`), at most 16 of them.
@@ -312,6 +317,21 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
                     assert!(general.2.is_some(), "{line:?}");
                 }
                 at = end + 1;
+            }
+        }
+    }
+
+    #[test]
+    fn hex8_takes_lowercase_hex_only() {
+        for at in 0..8 {
+            for b in 0..=255u8 {
+                let mut digits = *b"09af5c3e";
+                digits[at] = b;
+                let expected = match b {
+                    b'0'..=b'9' | b'a'..=b'f' => u32::from_str_radix(std::str::from_utf8(&digits).unwrap(), 16).ok(),
+                    _ => None,
+                };
+                assert_eq!(hex8(digits), expected, "{digits:?}");
             }
         }
     }
