@@ -418,8 +418,14 @@ impl RecordObserver for CollectObserver {
         }
     }
     fn on_tick(&mut self) {
+        // A runtime whose perf map is switched on now writes the methods it already has at once: the outputs made
+        // while recording name nothing until a poll has copied that (the poll must start after the switch).
+        let switched = !matches!(&self.jit_names, JitNamesState::Switching(thread) if !thread.is_finished());
         if let Some(c) = &mut self.capture {
             c.poll();
+            if switched {
+                c.jit_files_settled();
+            }
         }
     }
 }

@@ -116,6 +116,9 @@ struct Handoff {
     opened: HashMap<FileId, File>,
     /// Namespace PIDs and owners of the processes, as they were first read.
     processes: BTreeMap<u32, CapturedProcess>,
+    /// The JIT files may still be written with what existed before the recording (perf maps being switched on):
+    /// nothing is named until [`Capture::jit_files_settled`].
+    unsettled: bool,
 }
 
 /// A capture's [`Handoff`], shared with its namer.
@@ -150,7 +153,7 @@ impl Capture {
             .with_context(|| format!("cannot create {}", out_dir.shown(SYMBOLS_DIR).display()))?;
         let mut capture = Capture {
             dir,
-            handoff: SharedHandoff::default(),
+            handoff: Arc::new(Mutex::new(Handoff { unsettled: true, ..Handoff::default() })),
             copying: Arc::default(),
             opts: opts.clone(),
             all: false,
@@ -252,6 +255,12 @@ impl Capture {
                 handoff.processes.entry(pid).or_insert(CapturedProcess { nspid: info.nspid, uid: info.uid });
             }
         }
+    }
+
+    /// Perf maps switched on for the recording have been written with every method that existed, and the last
+    /// poll began after that: samples taken before it may be named from the copies.
+    pub fn jit_files_settled(&mut self) {
+        lock(&self.handoff).unsettled = false;
     }
 
     /// How much of the JIT files has been copied or read so far: a change means the namer has more to load.
@@ -503,10 +512,11 @@ impl Pace for LivePace {
             self.loaded_to = handoff.synced_to;
             self.reloaded = Some(Instant::now());
         }
-        if last {
-            return u64::MAX;
+        match last {
+            true => u64::MAX,
+            false if handoff.unsettled => 0,
+            false => self.loaded_to,
         }
-        self.loaded_to
     }
 }
 
