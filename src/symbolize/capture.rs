@@ -425,7 +425,7 @@ impl Capture {
         let started = Instant::now();
         let saved = self.complete()?;
         let mut symbolizer = Symbolizer::new(&self.naming_options())?;
-        symbolizer.set_preopened(std::mem::take(&mut lock(&self.handoff).opened));
+        symbolizer.add_preopened(std::mem::take(&mut lock(&self.handoff).opened));
         symbolizer.record_usage();
         let stats = symbolizer.for_each_sample(recording, f)?;
         self.summary(symbolizer, stats, saved, started)

@@ -21,7 +21,6 @@ use crate::perf_data::{BuildIdEntry, PerfDataReader, ReadStats, Record, Sample, 
 use anyhow::Result;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
-use std::collections::HashMap;
 use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
@@ -266,11 +265,6 @@ impl Symbolizer {
     }
 
     /// Files the capture opened while their process lived (a container's files vanish with it).
-    pub(crate) fn set_preopened(&mut self, files: HashMap<FileId, File>) {
-        self.sources.preopened = files;
-    }
-
-    /// Files opened later by a capture (see [`set_preopened`](Self::set_preopened)).
     pub(crate) fn add_preopened(&mut self, files: impl IntoIterator<Item = (FileId, File)>) {
         self.sources.preopened.extend(files);
     }
