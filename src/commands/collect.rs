@@ -390,8 +390,9 @@ impl RecordObserver for CollectObserver {
             }
         }
         // The outputs made while recording compress perf.data into their archive themselves.
-        if let (None, Some((data_offset, events, _))) = (&self.live_outputs, &self.perf_data) {
-            match PerfDataFollower::start(&self.run_dir, *data_offset, SampleFormats::of(events), None) {
+        if let (None, Some((data_offset, events, progress))) = (&self.live_outputs, &self.perf_data) {
+            let formats = SampleFormats::of(events);
+            match PerfDataFollower::start(&self.run_dir, *data_offset, formats, progress.clone(), None) {
                 Ok(follower) => self.perf_data_follower = Some(follower),
                 // The pipeline compresses it after the recording instead.
                 Err(e) => tracing::debug!("perf.data will be compressed after the recording: {e:#}"),

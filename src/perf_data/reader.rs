@@ -137,9 +137,9 @@ impl PerfDataReader {
         })
     }
 
-    /// Whether the file is read while it is written ([`following`](Self::following)).
-    pub fn is_following(&self) -> bool {
-        self.following.is_some()
+    /// The writer's progress of a file read while it is written ([`following`](Self::following)).
+    pub fn following_progress(&self) -> Option<&Arc<WriteProgress>> {
+        self.following.as_ref()
     }
 
     /// The records present: of a followed file, those its writer has put in it so far.

@@ -188,7 +188,7 @@ pub enum Written {
 
 impl WriteProgress {
     /// Bytes of records in the file so far, or how the writing ended. Waits up to `timeout` for the end when no
-    /// record beyond `seen` bytes is there yet.
+    /// record beyond `seen` bytes is there yet (`u64::MAX`: waits the whole `timeout` unless the writing ends).
     pub fn wait_beyond(&self, seen: u64, timeout: Duration) -> Result<u64, Written> {
         let state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = match *state {

@@ -363,6 +363,7 @@ impl Capture {
             loaded_to: 0,
             reloaded: None,
             reloads: 0,
+            processes_seen: 0,
             saved: (0, 0),
             failed: None,
         };
@@ -377,16 +378,13 @@ impl Capture {
     fn complete(&mut self) -> Result<(usize, usize)> {
         self.poll();
         self.trim_jitdumps();
-        let mut processes = BTreeMap::new();
         let (mut perf_maps, mut jitdumps) = (0, 0);
-        for (&pid, t) in &self.targets {
-            if let Some(info) = &t.info {
-                processes.insert(pid, CapturedProcess { nspid: info.nspid, uid: info.uid });
-            }
+        for t in self.targets.values() {
             perf_maps += t.perf_map.is_some() as usize;
             jitdumps += t.jitdump.is_some() as usize;
         }
-        symbols_dir::write_processes(&self.dir, &processes)?;
+        // The poll has noted every process read so far.
+        symbols_dir::write_processes(&self.dir, &lock(&self.handoff).processes)?;
         Ok((perf_maps, jitdumps))
     }
 
@@ -481,6 +479,8 @@ struct LivePace {
     loaded_to: u64,
     reloaded: Option<Instant>,
     reloads: u32,
+    /// How many of the handoff's processes the symbolizer knows.
+    processes_seen: usize,
     /// Perf maps and jitdumps copied, once complete.
     saved: (usize, usize),
     /// Completing the capture failed: the run fails once the samples are named.
@@ -502,7 +502,11 @@ impl Pace for LivePace {
         let mut handoff = lock(&self.handoff);
         let opened = std::mem::take(&mut handoff.opened);
         symbolizer.add_preopened(opened);
-        symbolizer.add_process_ids(&handoff.processes);
+        // Processes are only ever added: new ones since the last round, if any.
+        if handoff.processes.len() != self.processes_seen {
+            symbolizer.add_process_ids(&handoff.processes);
+            self.processes_seen = handoff.processes.len();
+        }
         if handoff.generation == self.loaded_generation {
             self.loaded_to = handoff.synced_to;
         } else if last || self.reloaded.map_or(true, |at| at.elapsed() >= RELOAD_EVERY) {

@@ -398,7 +398,7 @@ impl Symbolizer {
         // In a big recording, the pages behind what is still waiting are dropped as the pass goes on (they come
         // back from the file if needed), so that memory does not grow with the recording. A small one stays
         // mapped: mapping its pages again would cost more than the memory they take.
-        let release = reader.header().data.size > RELEASE_ABOVE || reader.is_following();
+        let release = reader.header().data.size > RELEASE_ABOVE || reader.following_progress().is_some();
         let mut released_to = 0u64;
         // The lowest place in the file of what waits (records are read in file order, so only a replay changes it).
         let mut lowest_waiting = None;

@@ -31,7 +31,9 @@ use crate::report::profile::{Profile, RecordingFacts, ReportOptions};
 use crate::report::top::{self, TopFrames};
 use crate::report::view::View;
 use crate::report::{self, Weight};
-use crate::symbolize::{Capture, LiveNaming, Measure, ResolvedSample, SymbolizeOptions, SymbolizeStats, Symbolizer};
+use crate::symbolize::{
+    Capture, CaptureSummary, LiveNaming, Measure, ResolvedSample, SymbolizeOptions, SymbolizeStats, Symbolizer,
+};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
@@ -113,26 +115,24 @@ impl Namer {
     ) -> Result<SymbolizeStats> {
         match self {
             Namer::Symbolizer(mut symbolizer) => symbolizer.for_each_sample(reader, f),
-            Namer::Capture(_, ref left) | Namer::Live(_, ref left) => {
-                let left = left.clone();
-                let saved = match self {
-                    Namer::Capture(capture, _) => capture.finish(reader, f)?,
-                    Namer::Live(naming, _) => naming.for_each_sample(reader, f)?,
-                    Namer::Symbolizer(_) => unreachable!("matched above"),
-                };
-                tracing::info!(
-                    "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB)",
-                    saved.perf_maps,
-                    saved.jitdumps,
-                    saved.dsos,
-                    saved.bytes / 1024,
-                );
-                // perf.data and symbols/ are complete: a second signal may now stop the run.
-                crate::interrupt::set_stage(crate::interrupt::Stage::Writing { left });
-                Ok(saved.stats)
-            }
+            Namer::Capture(capture, left) => Ok(symbols_saved(capture.finish(reader, f)?, left)),
+            Namer::Live(naming, left) => Ok(symbols_saved(naming.for_each_sample(reader, f)?, left)),
         }
     }
+}
+
+/// A capture's pass is over: says what it saved, and lets a second signal stop the run from now on (perf.data and
+/// `symbols/` are complete), leaving `left`.
+fn symbols_saved(saved: CaptureSummary, left: String) -> SymbolizeStats {
+    tracing::info!(
+        "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB)",
+        saved.perf_maps,
+        saved.jitdumps,
+        saved.dsos,
+        saved.bytes / 1024,
+    );
+    crate::interrupt::set_stage(crate::interrupt::Stage::Writing { left });
+    saved.stats
 }
 
 /// Where metadata.txt's facts come from.
@@ -209,14 +209,14 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let archive = Tarball::create(staging.dir(), report::ARCHIVE_FILE)?;
     // A recording followed as it is written goes into the archive as it grows, far into the file, while
     // perf_script.out is streamed at its start.
-    let mut follower = match &input {
-        Input::Following(_) => {
+    let mut follower = match reader.following_progress() {
+        Some(progress) => {
             let data_start = reader.data_range().start;
             let far = archive.far_entry(perf_data_follower::head_len(data_start))?;
             let formats = reader.sample_formats().clone();
-            Some(PerfDataFollower::start(dir, data_start, formats, Some(far))?)
+            Some(PerfDataFollower::start(dir, data_start, formats, progress.clone(), Some(far))?)
         }
-        Input::Complete { .. } => None,
+        None => None,
     };
     // Chunks of script text go from this thread to the writer, then to the compressor, then back for reuse.
     let (to_writer, chunks) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);

@@ -13,34 +13,25 @@ use crate::archive::deflate::Codec;
 use crate::archive::tarball::{self, FarEntry, Segment, SegmentWriter, Tarball};
 use crate::fs::{Dir, Limit};
 use crate::perf_data::echoes::StackEchoes;
-use crate::perf_data::{PerfDataReader, SampleFormats};
+use crate::perf_data::{PerfDataReader, SampleFormats, WriteProgress, Written};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// How often the thread looks for more records.
 const EVERY: Duration = Duration::from_millis(250);
 
-#[derive(Clone, Copy, PartialEq)]
-enum Recording {
-    Going,
-    /// perf.data is complete.
-    Finished,
-    /// The run failed: nothing more is wanted.
-    Abandoned,
-}
-
-type Shared = Arc<(Mutex<Recording>, Condvar)>;
-
 /// The thread following one perf.data.
 pub struct PerfDataFollower {
-    state: Shared,
+    /// Set when the entry is no longer wanted (the run failed before perf.data was complete).
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Result<FollowedPerfData>>>,
 }
 
@@ -71,12 +62,14 @@ impl FollowedPerfData {
 }
 
 impl PerfDataFollower {
-    /// Follows `dir/perf.data`, whose records start at file offset `data_start`, laid out as `formats` say; into
-    /// `far` (an archive's far entry, for a head of [`head_len`] bytes), else a scratch file in `dir`.
+    /// Follows `dir/perf.data`, whose records start at file offset `data_start`, laid out as `formats` say, as far
+    /// as its writer's `progress` says; into `far` (an archive's far entry, for a head of [`head_len`] bytes), else a
+    /// scratch file in `dir`.
     pub fn start(
         dir: &Dir,
         data_start: u64,
         formats: SampleFormats,
+        progress: Arc<WriteProgress>,
         far: Option<FarEntry>,
     ) -> Result<PerfDataFollower> {
         let (file, _) = dir.open_input(PERF_DATA_FILE, Limit::NONE)?;
@@ -91,47 +84,30 @@ impl PerfDataFollower {
             }
         };
         let shown = dir.shown(PERF_DATA_FILE);
-        let state: Shared = Arc::new((Mutex::new(Recording::Going), Condvar::new()));
-        let shared = state.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
         let thread = std::thread::Builder::new().name("archive-perf-data".into()).spawn(move || {
             // SAFETY: setpriority on the calling thread (who = 0) only changes its nice value.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
-            let (head, rest) = follow(file, &shown, data_start, formats, out, &shared)?;
+            let (head, rest) = follow(file, &shown, data_start, formats, out, &progress, &stopped)?;
             Ok(FollowedPerfData { head, rest, far })
         })?;
-        Ok(PerfDataFollower { state, thread: Some(thread) })
+        Ok(PerfDataFollower { stop, thread: Some(thread) })
     }
 
-    /// perf.data is complete: compresses what is left and returns its entry.
+    /// perf.data is complete (its writer has finished it): compresses what is left and returns its entry.
     pub fn finish(mut self) -> Result<FollowedPerfData> {
-        self.tell(Recording::Finished);
         let thread = self.thread.take().expect("joined once");
         thread.join().map_err(|_| anyhow!("compressing perf.data panicked"))?
-    }
-
-    fn tell(&self, what: Recording) {
-        let (state, changed) = &*self.state;
-        *state.lock().unwrap_or_else(|e| e.into_inner()) = what;
-        changed.notify_all();
     }
 }
 
 impl Drop for PerfDataFollower {
     fn drop(&mut self) {
         if let Some(thread) = self.thread.take() {
-            self.tell(Recording::Abandoned);
+            self.stop.store(true, Ordering::Relaxed);
             let _ = thread.join();
         }
-    }
-}
-
-/// The state after waiting up to [`EVERY`] for a change.
-fn wait(shared: &Shared) -> Recording {
-    let (state, changed) = &**shared;
-    let state = state.lock().unwrap_or_else(|e| e.into_inner());
-    match *state {
-        Recording::Going => *changed.wait_timeout(state, EVERY).unwrap_or_else(|e| e.into_inner()).0,
-        now => now,
     }
 }
 
@@ -141,20 +117,22 @@ fn follow(
     data_start: u64,
     formats: SampleFormats,
     mut out: SegmentWriter,
-    shared: &Shared,
+    progress: &WriteProgress,
+    stop: &AtomicBool,
 ) -> Result<(Vec<u8>, Segment)> {
     let read_error = || format!("cannot read {}", shown.display());
     let mut echoes = StackEchoes::following(formats, data_start);
     let mut pos = file.seek(SeekFrom::Start(data_start)).with_context(read_error)?;
     loop {
-        match wait(shared) {
-            Recording::Abandoned => bail!("the recording failed"),
-            Recording::Finished => break,
-            Recording::Going => {}
-        }
+        // Every EVERY (no record is waited for: u64::MAX), unless the writing ends first.
+        let in_file = match progress.wait_beyond(u64::MAX, EVERY) {
+            _ if stop.load(Ordering::Relaxed) => bail!("perf.data's archive entry is no longer wanted"),
+            Err(Written::Abandoned) => bail!("the recording failed"),
+            Err(Written::Finished(_)) => break,
+            Ok(in_file) => in_file,
+        };
         // What the recorder has written so far: whole records, and maybe the start of one (it waits).
-        let len = file.metadata().with_context(read_error)?.len();
-        pos = read_to(&mut file, pos, len, &mut out, &mut echoes).with_context(read_error)?;
+        pos = read_to(&mut file, pos, data_start + in_file, &mut out, &mut echoes).with_context(read_error)?;
     }
     // Complete: its header says where the records end.
     let reader = PerfDataReader::from_file(&file, shown)?;
@@ -240,7 +218,8 @@ mod tests {
             let tmp = tempfile::tempdir().unwrap();
             let dir = Dir::open(tmp.path()).unwrap();
             let mut w = stack_copy_writer(tmp.path());
-            let follower = PerfDataFollower::start(&dir, w.data_offset(), w.sample_formats(), None).unwrap();
+            let follower =
+                PerfDataFollower::start(&dir, w.data_offset(), w.sample_formats(), w.progress(), None).unwrap();
             write_stack_copies(&mut w, 0..1500);
             if look_while_recording {
                 std::thread::sleep(EVERY * 3);
