@@ -3,7 +3,8 @@
 //! naming every sample; followed as it grows, only what came last is left when the recording ends.
 //!
 //! A thread of low priority (nice 10: the target comes first) reads the records the writer's [`WriteProgress`] says
-//! are in the file, every 250 ms until it says the file is complete, into a [`SegmentWriter`] with their stack copies' echoes: into a scratch file, or straight into the
+//! are in the file, every 250 ms until it says the file is complete, into a [`SegmentWriter`] with their stack
+//! copies' echoes: into a scratch file, or straight into the
 //! archive as its [`FarEntry`] when the archive is being made during the recording. perf.data's header and attrs
 //! come first in the file but are final only at the end, and the tar header needs the final size: they make the
 //! entry's head, known at the end, before the followed segment, which ends with the feature sections written last.
