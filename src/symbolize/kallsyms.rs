@@ -1,4 +1,4 @@
-//! Kernel symbols from `/proc/kallsyms` (`ADDRESS TYPE NAME [MODULE]` per line). Only code symbols are kept; a
+//! Kernel symbols from `/proc/kallsyms` (`ADDRESS TYPE NAME [MODULE]` per line). Only code symbols count; a
 //! symbol ends where the next one starts. Under `kernel.kptr_restrict` (or without privilege) every address reads
 //! as zero: the table is then "hidden" and kernel frames can only be shown as `[kernel]`.
 
@@ -8,14 +8,18 @@ use std::sync::Arc;
 /// Size given to the last symbol, which has no successor to end it (perf uses a page as well).
 const LAST_SYMBOL_SIZE: u64 = 4096;
 
-/// The kernel's code symbols. A kallsyms file holds over 100,000 of them and a profile hits a few dozen, so reading
-/// one only locates its line (the address and type are at fixed places); its name and module are read from the line
-/// when it is looked up.
+/// Lines of the sorted part per entry of its index: a lookup reads at most this many lines.
+const BLOCK_LINES: usize = 64;
+
+/// The kernel's code symbols. A kallsyms file holds over 100,000 of them and a profile hits a few dozen, so they
+/// are looked up in the file's text itself: the kernel lists its own symbols in address order, so that part is
+/// searched by halving through a small index (one entry per [`BLOCK_LINES`] lines); only what follows it (module
+/// and BPF symbols, in no order) is sorted into a table. A symbol's name and module are read from its line when it
+/// is looked up.
 #[derive(Debug, Default)]
 pub struct KernelSymbols {
-    /// Each symbol's line in `text`, by address range.
-    table: RangeTable<u32>,
-    text: Box<str>,
+    text: Text,
+    index: Index,
     /// True when the file listed symbols but every address was zero.
     pub hidden: bool,
 }
@@ -32,28 +36,122 @@ pub struct KernelSymbol {
 
 pub const KERNEL_MODULE: &str = "[kernel.kallsyms]";
 
+/// The lines: read into memory (`/proc/kallsyms` cannot be mapped), or perf's saved copy mapped, so that only the
+/// pages a lookup reads are ever touched.
+#[derive(Debug)]
+enum Text {
+    Read(Box<[u8]>),
+    Mapped(memmap2::Mmap),
+}
+
+impl Default for Text {
+    fn default() -> Self {
+        Text::Read(Box::default())
+    }
+}
+
+impl std::ops::Deref for Text {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Text::Read(bytes) => bytes,
+            Text::Mapped(map) => map,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Index {
+    Listing(Listing),
+    /// A capture's saved symbols, each with its own end: a table of their lines.
+    Ranges(RangeTable<u32>),
+}
+
+impl Default for Index {
+    fn default() -> Self {
+        Index::Ranges(RangeTable::default())
+    }
+}
+
+/// Where the code symbols of a kallsyms listing are.
+#[derive(Debug, Default)]
+struct Listing {
+    /// `text[..sorted_end]` is in the kernel's own line layout and in address order.
+    sorted_end: usize,
+    blocks: Vec<Block>,
+    /// The code symbols after the sorted part: `(start, line)` by start, the first listed of each start.
+    rest: Vec<(u64, u32)>,
+}
+
+/// [`BLOCK_LINES`] lines of the sorted part.
+#[derive(Debug)]
+struct Block {
+    /// The address and place of its first line.
+    first_addr: u64,
+    offset: u32,
+    /// The last code symbol before it: its start and the line of the first symbol listed at that start.
+    before: Option<(u64, u32)>,
+    /// The lowest code start in this block or any later one (`u64::MAX`: none).
+    code_from_here: u64,
+}
+
+/// A code symbol's type: text (t/T) or weak (w/W). Data symbols would swallow code addresses between them.
+fn is_code(kind: u8) -> bool {
+    matches!(kind, b't' | b'T' | b'w' | b'W')
+}
+
 impl KernelSymbols {
-    pub fn parse(text: &str) -> KernelSymbols {
-        Self::parse_owned(text.to_owned())
+    #[cfg(test)]
+    fn parse(text: &str) -> KernelSymbols {
+        Self::from_text(Text::Read(text.as_bytes().into()))
     }
 
-    /// [`parse`](Self::parse), keeping `text` for the names.
-    fn parse_owned(text: String) -> KernelSymbols {
-        let mut listed = 0usize;
-        let mut any_nonzero = false;
-        // Each symbol ends where the next starts, so while the lines come in address order (as kallsyms lists them)
-        // a range is finished as soon as its successor is read: one pass, no sort, one table. A line in the kernel's
-        // layout takes at least 21 bytes, so the table is sized once (its untouched end costs no page faults and is
-        // given back at the end) instead of counting lines in a pass of its own.
-        let mut ranges: Vec<Range<u32>> = Vec::with_capacity(text.len() / 21 + 1);
-        let mut sorted = true;
-        let mut at = 0;
-        while at < text.len() {
-            let (fields, next) = match fixed_line(text.as_bytes(), at) {
+    fn from_text(text: Text) -> KernelSymbols {
+        let bytes: &[u8] = &text;
+        // One pass over the lines while they are in the kernel's layout and order, noting a block every
+        // BLOCK_LINES lines; no per-symbol table (a hundred thousand entries, most of reading it once).
+        let mut blocks: Vec<Block> = Vec::with_capacity(bytes.len() / 21 / BLOCK_LINES + 1);
+        let (mut listed, mut any_nonzero) = (0usize, false);
+        let (mut at, mut prev_addr, mut lines) = (0usize, 0u64, 0usize);
+        let mut last_code: Option<(u64, u32)> = None;
+        let mut block_first_code = Vec::with_capacity(blocks.capacity());
+        while at < bytes.len() && at <= u32::MAX as usize {
+            let Some((addr, kind, next)) = fixed_line(bytes, at) else { break };
+            if addr < prev_addr {
+                break;
+            }
+            if lines % BLOCK_LINES == 0 {
+                blocks.push(Block { first_addr: addr, offset: at as u32, before: last_code, code_from_here: 0 });
+                block_first_code.push(u64::MAX);
+            }
+            if is_code(kind) && addr != 0 {
+                if last_code.map_or(true, |(start, _)| start != addr) {
+                    last_code = Some((addr, at as u32));
+                }
+                let first = block_first_code.last_mut().expect("pushed with the block");
+                *first = (*first).min(addr);
+            }
+            listed += 1;
+            any_nonzero |= addr != 0;
+            prev_addr = addr;
+            lines += 1;
+            at = next.min(bytes.len());
+        }
+        let sorted_end = at;
+        let mut code_from_here = u64::MAX;
+        for (block, first) in blocks.iter_mut().zip(block_first_code).rev() {
+            code_from_here = code_from_here.min(first);
+            block.code_from_here = code_from_here;
+        }
+        // The rest, in any order and any layout the general split reads.
+        let mut rest = Vec::new();
+        while at < bytes.len() && at <= u32::MAX as usize {
+            let (fields, next) = match fixed_line(bytes, at) {
                 Some((addr, kind, next)) => (Some((addr, kind)), next),
                 None => {
-                    let end = memchr::memchr(b'\n', &text.as_bytes()[at..]).map_or(text.len(), |i| at + i);
-                    let fields = kallsyms_fields(&text[at..end]).and_then(|(addr, kind, ..)| {
+                    let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
+                    let line = String::from_utf8_lossy(&bytes[at..end]);
+                    let fields = kallsyms_fields(&line).and_then(|(addr, kind, ..)| {
                         Some((parse_address(addr)?, kind.as_bytes()[0] * (kind.len() == 1) as u8))
                     });
                     (fields, end + 1)
@@ -64,37 +162,16 @@ impl KernelSymbols {
             let Some((addr, kind)) = fields else { continue };
             listed += 1;
             any_nonzero |= addr != 0;
-            // Text symbols only (t/T, weak w/W): data symbols would swallow code addresses between them.
-            if !matches!(kind, b't' | b'T' | b'w' | b'W') || addr == 0 {
-                continue;
+            if is_code(kind) && addr != 0 {
+                rest.push((addr, line));
             }
-            if let Some(last) = ranges.last_mut() {
-                // Aliases share a start address (`_stext`/`_text`): the first listed is kept.
-                if addr == last.start {
-                    continue;
-                }
-                sorted &= addr > last.start;
-                last.end = addr;
-            }
-            ranges.push(Range { start: addr, end: addr, value: line });
         }
+        // The stable sort keeps the first listed of a start first.
+        rest.sort_by_key(|&(addr, _)| addr);
+        rest.dedup_by_key(|&mut (addr, _)| addr);
         let hidden = listed > 0 && !any_nonzero;
-        if !sorted {
-            // The stable sort keeps the first listed of an address first.
-            ranges.sort_by_key(|r| r.start);
-            ranges.dedup_by_key(|r| r.start);
-            for i in 1..ranges.len() {
-                ranges[i - 1].end = ranges[i].start;
-            }
-        }
-        if let Some(last) = ranges.last_mut() {
-            last.end = last.start.saturating_add(LAST_SYMBOL_SIZE);
-            if last.end == last.start {
-                ranges.pop();
-            }
-        }
-        ranges.shrink_to_fit();
-        KernelSymbols { table: RangeTable::from_sorted(ranges), text: text.into_boxed_str(), hidden }
+        let index = Index::Listing(Listing { sorted_end, blocks, rest });
+        KernelSymbols { text, index, hidden }
     }
 
     /// A table of `(start, end, name, module)` entries (a capture's saved symbols).
@@ -105,45 +182,66 @@ impl KernelSymbols {
             ranges.push(Range { start, end, value: text.len() as u32 });
             text.push_str(&format!("{start:016x} t {name}\t{module}\n"));
         }
-        KernelSymbols { table: RangeTable::from_unsorted(ranges), text: text.into(), hidden }
+        let index = Index::Ranges(RangeTable::from_unsorted(ranges));
+        KernelSymbols { text: Text::Read(text.into_bytes().into()), index, hidden }
     }
 
     /// The symbol holding `addr`, its name capped as every name is ([`super::name_limit`]).
     pub fn lookup(&self, addr: u64) -> Option<KernelSymbol> {
-        let r = self.table.lookup(addr)?;
-        let at = r.value as usize;
-        let end = memchr::memchr(b'\n', &self.text.as_bytes()[at..]).map_or(self.text.len(), |i| at + i);
-        let (_, _, name, module) = kallsyms_fields(&self.text[at..end])?;
+        let (start, end, at) = self.find(addr)?;
+        let at = at as usize;
+        let end_of_line = memchr::memchr(b'\n', &self.text[at..]).map_or(self.text.len(), |i| at + i);
+        let line = String::from_utf8_lossy(&self.text[at..end_of_line]);
+        let (_, _, name, module) = kallsyms_fields(&line)?;
         let module = match module {
             Some(m) if m.starts_with('[') && m.ends_with(']') => super::name_limit::cap_arc(m),
             _ => Arc::from(KERNEL_MODULE),
         };
-        Some(KernelSymbol { start: r.start, end: r.end, name: super::name_limit::cap_arc(name), module })
+        Some(KernelSymbol { start, end, name: super::name_limit::cap_arc(name), module })
     }
 
-    /// Every symbol, in address order (each read from its line as for a lookup).
-    pub fn iter(&self) -> impl Iterator<Item = KernelSymbol> + '_ {
-        self.table.iter().filter_map(|r| self.lookup(r.start))
+    /// The range and line of the code symbol holding `addr`: the highest code start at or below it (the first
+    /// listed of that start), ending at the next code start, or a page on for the last.
+    fn find(&self, addr: u64) -> Option<(u64, u64, u32)> {
+        let listing = match &self.index {
+            Index::Ranges(table) => return table.lookup(addr).map(|r| (r.start, r.end, r.value)),
+            Index::Listing(listing) => listing,
+        };
+        let sorted = listing.floor(&self.text, addr);
+        let i = listing.rest.partition_point(|&(start, _)| start <= addr);
+        let rest = i.checked_sub(1).map(|i| listing.rest[i]);
+        // On equal starts the sorted part's line was listed first.
+        let (start, line) = match (sorted, rest) {
+            (Some(s), Some(r)) if r.0 > s.0 => r,
+            (Some(s), _) => s,
+            (None, r) => r?,
+        };
+        let after_rest = listing.rest.get(listing.rest.partition_point(|&(s, _)| s <= start)).map(|&(s, _)| s);
+        let after = match (listing.next_after(&self.text, start), after_rest) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(start.saturating_add(LAST_SYMBOL_SIZE)),
+        };
+        (addr < after).then_some((start, after, line))
     }
 
-    pub fn len(&self) -> usize {
-        self.table.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.table.is_empty()
+    fn is_empty(&self) -> bool {
+        match &self.index {
+            Index::Ranges(table) => table.is_empty(),
+            Index::Listing(l) => l.rest.is_empty() && l.blocks.first().map_or(true, |b| b.code_from_here == u64::MAX),
+        }
     }
 
     pub fn read_live() -> std::io::Result<KernelSymbols> {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut crate::procfs::kallsyms()?, &mut text)?;
-        Ok(Self::parse_owned(text))
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut crate::procfs::kallsyms()?, &mut text)?;
+        Ok(Self::from_text(Text::Read(text.into())))
     }
 
     /// The copy of kallsyms that `perf record` saved in perf's build-id cache for the kernel with this build-id
     /// (`$PERF_BUILDID_DIR`, else `~/.debug`: `[kernel.kallsyms]/<build-id>/kallsyms`), as `perf script` uses it.
     /// Reading a file is many times cheaper than `/proc/kallsyms`, which the kernel formats line by line on every
-    /// read. Only a regular file of the current user or root is believed.
+    /// read. Only a regular file of the current user or root is believed (and mapped: only they could cut it
+    /// short while it is read).
     pub fn from_perf_cache(build_id: &[u8]) -> Option<KernelSymbols> {
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
         const MAX_LEN: u64 = 256 << 20;
@@ -153,20 +251,72 @@ impl KernelSymbols {
         };
         let hex: String = build_id.iter().map(|b| format!("{b:02x}")).collect();
         let path = base.join(KERNEL_MODULE).join(hex).join("kallsyms");
-        let mut file = std::fs::OpenOptions::new()
+        let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(&path)
             .ok()?;
         let meta = file.metadata().ok()?;
         let owner_ok = meta.uid() == 0 || meta.uid() == nix::unistd::geteuid().as_raw();
-        if !meta.is_file() || !owner_ok || meta.len() > MAX_LEN {
+        if !meta.is_file() || !owner_ok || meta.len() > MAX_LEN || meta.len() == 0 {
             return None;
         }
-        // Read whole at its known size (not grown by doubling), into memory not zeroed first.
-        let bytes = crate::fs::input::read_all(&mut file, meta.len(), crate::fs::Limit { bytes: MAX_LEN }).ok()?;
-        let symbols = Self::parse_owned(String::from_utf8(bytes).ok()?);
+        // SAFETY: a regular file of root or this user, which perf writes once and never changes in place.
+        let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
+        let symbols = Self::from_text(Text::Mapped(map));
         (!symbols.hidden && !symbols.is_empty()).then_some(symbols)
+    }
+}
+
+impl Listing {
+    /// The highest code start at or below `addr` in the sorted part, with the line of the first symbol listed there.
+    fn floor(&self, text: &[u8], addr: u64) -> Option<(u64, u32)> {
+        let b = self.blocks.partition_point(|b| b.first_addr <= addr).checked_sub(1)?;
+        let mut found = self.blocks[b].before;
+        for (line_addr, kind, at) in self.lines(text, b).take(BLOCK_LINES) {
+            if line_addr > addr {
+                break;
+            }
+            if is_code(kind) && line_addr != 0 && found.map_or(true, |(start, _)| start != line_addr) {
+                found = Some((line_addr, at));
+            }
+        }
+        found
+    }
+
+    /// The lowest code start above `start` in the sorted part.
+    fn next_after(&self, text: &[u8], start: u64) -> Option<u64> {
+        let first = self.blocks.partition_point(|b| b.first_addr <= start).saturating_sub(1);
+        for b in first..self.blocks.len() {
+            let code_from_here = self.blocks[b].code_from_here;
+            if code_from_here == u64::MAX {
+                return None;
+            }
+            if code_from_here > start {
+                return Some(code_from_here);
+            }
+            // The block holds `start` itself (or its aliases): the next start may be in it.
+            let next = self.lines(text, b).take(BLOCK_LINES).find(|&(a, kind, _)| a > start && is_code(kind));
+            if let Some((addr, ..)) = next {
+                return Some(addr);
+            }
+        }
+        None
+    }
+
+    /// The sorted part's lines from block `b` on: address, type and place.
+    fn lines<'t>(&self, text: &'t [u8], b: usize) -> impl Iterator<Item = (u64, u8, u32)> + 't {
+        let (mut at, end) = (self.blocks[b].offset as usize, self.sorted_end);
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            // Every line before `sorted_end` was read in this layout.
+            let (addr, kind, next) = fixed_line(&text[..end], at)?;
+            let line = at as u32;
+            at = next;
+            Some((addr, kind, line))
+        })
     }
 }
 
@@ -364,8 +514,27 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         (table.iter().map(|r| (r.start, r.end, r.value)).collect(), listed > 0 && !any_nonzero)
     }
 
+    /// `k` finds what the reference table holds, at every symbol's first and last byte, just outside each and at
+    /// `extra` addresses.
+    fn assert_reads_as_reference(k: &KernelSymbols, text: &str, extra: &[u64]) {
+        let (table, hidden) = reference_table(text);
+        let shown: String = text.chars().take(200).collect();
+        assert_eq!(k.hidden, hidden, "{shown:?}");
+        let reference = RangeTable::from_sorted(
+            table.iter().map(|&(start, end, value)| Range { start, end, value }).collect::<Vec<_>>(),
+        );
+        let expected = |addr: u64| reference.lookup(addr).map(|r| (r.start, r.end, r.value));
+        let probes = table
+            .iter()
+            .flat_map(|&(start, end, _)| [start, end - 1, end, start.wrapping_sub(1), start + (end - start) / 2]);
+        for addr in probes.chain(extra.iter().copied()) {
+            assert_eq!(k.find(addr), expected(addr), "at {addr:#x} of {shown:?}");
+        }
+        assert_eq!(k.is_empty(), table.is_empty(), "{shown:?}");
+    }
+
     #[test]
-    fn one_pass_reads_as_sorting_and_clipping() {
+    fn lookups_read_as_sorting_and_clipping() {
         let mut live = String::new();
         std::io::Read::read_to_string(&mut crate::procfs::kallsyms().unwrap(), &mut live).unwrap();
         // Out of order, repeated and odd lines.
@@ -374,20 +543,44 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         let third = shuffled.len() / 3;
         shuffled.rotate_left(third);
         let shuffled = shuffled.join("\n");
+        // In order, then modules out of order, with aliases and data around the blocks' edges.
+        let mut blocks = String::new();
+        for i in 0..(BLOCK_LINES as u64 * 5) {
+            let kind = ["T", "t", "D", "W", "d"][(i % 7 % 5) as usize];
+            let addr = 0xffffffff81000000 + (i / 3) * 0x40;
+            blocks.push_str(&format!("{addr:016x} {kind} f{i}\n"));
+        }
+        blocks.push_str("ffffffffc0000040 t m2\t[mod]\nffffffffc0000000 t m1\t[mod]\nffffffff81000040 T late\n");
         let odd = "ffffffff81000010 T b\nffffffff81000000 t a\nffffffff81000010 W b2\nFFFFFFFF81000020 T upper\n\
                    0xffffffff81000030 T prefixed\nffffffff81000000 T a2\n  ffffffff81000040\tT spaced\n\
                    ffffffffffffffff T last\nffffffff8100005 T short\nffffffff81000050 D data\n";
         let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0004);
-        let mut inputs = vec![live.clone(), shuffled, odd.to_string(), SAMPLE.to_string()];
+        let mut inputs = vec![live.clone(), shuffled, blocks, odd.to_string(), SAMPLE.to_string()];
         inputs.extend(
             rng.inputs(&[SAMPLE.as_bytes(), odd.as_bytes()], 2000)
                 .into_iter()
                 .map(|b| String::from_utf8_lossy(&b).into()),
         );
         for text in &inputs {
-            let k = KernelSymbols::parse(text);
-            let table: Vec<_> = k.table.iter().map(|r| (r.start, r.end, r.value)).collect();
-            assert_eq!((table, k.hidden), reference_table(text), "{:?}", &text[..text.len().min(200)]);
+            assert_reads_as_reference(&KernelSymbols::parse(text), text, &[0, 1, u64::MAX, 0xffffffff81000000]);
+        }
+    }
+
+    #[test]
+    fn perf_cache_copy_reads_as_the_text() {
+        let mut live = String::new();
+        std::io::Read::read_to_string(&mut crate::procfs::kallsyms().unwrap(), &mut live).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let copy = dir.path().join(KERNEL_MODULE).join("00");
+        std::fs::create_dir_all(&copy).unwrap();
+        std::fs::write(copy.join("kallsyms"), &live).unwrap();
+        // SAFETY of the environment change: tests of this module are the only readers of PERF_BUILDID_DIR.
+        unsafe { std::env::set_var("PERF_BUILDID_DIR", dir.path()) };
+        let mapped = KernelSymbols::from_perf_cache(&[0]);
+        unsafe { std::env::remove_var("PERF_BUILDID_DIR") };
+        match mapped {
+            Some(k) => assert_reads_as_reference(&k, &live, &[]),
+            None => assert!(KernelSymbols::parse(&live).hidden, "a visible kallsyms copy was refused"),
         }
     }
 
@@ -402,23 +595,32 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
     #[test]
     fn garbage_lines_are_ignored() {
         let k = KernelSymbols::parse("zzz T x\nffffffff81000000\n\nffffffff81000000 T ok\n\u{0} \u{1}\n");
-        assert_eq!(k.len(), 1);
+        assert_eq!(k.lookup(0xffffffff81000fff).unwrap().name.as_ref(), "ok");
+        assert!(k.lookup(0xffffffff81001000).is_none());
         assert!(!k.hidden);
     }
 
     #[test]
-    fn live_kallsyms_parses() {
+    fn live_kallsyms_names_the_scheduler() {
         let k = KernelSymbols::read_live().unwrap();
-        assert!(k.hidden || k.len() > 1000, "only {} kernel symbols", k.len());
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut crate::procfs::kallsyms().unwrap(), &mut text).unwrap();
+        let line = text.lines().find(|l| l.ends_with(" T schedule")).expect("kallsyms lists schedule");
+        let addr = parse_address(&line[..16]).unwrap();
+        match k.hidden {
+            true => assert_eq!(addr, 0),
+            false => assert_eq!(k.lookup(addr + 1).unwrap().name.as_ref(), "schedule"),
+        }
     }
 
     #[test]
     fn random_and_mutated_input_never_panics() {
         let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0003);
         for input in rng.inputs(&[SAMPLE.as_bytes()], 3000) {
-            let k = KernelSymbols::parse(&String::from_utf8_lossy(&input));
-            assert_eq!(k.iter().count(), k.len());
-            for s in k.iter() {
+            let text = String::from_utf8_lossy(&input);
+            let k = KernelSymbols::parse(&text);
+            for (start, _, _) in reference_table(&text).0 {
+                let s = k.lookup(start).expect("every symbol is found at its start");
                 assert!(s.start < s.end);
             }
         }
