@@ -132,6 +132,35 @@ fn a_second_run_gives_the_same_outputs() {
     assert!(leftovers.is_empty(), "staging left behind: {leftovers:?}");
 }
 
+/// A run writes over the perf_script.out of the run before (its cached pages cost less than new ones) only when
+/// that is a plain file with no other name: one hard-linked elsewhere is replaced, the other name left as it was.
+#[test]
+fn an_earlier_script_is_written_over_only_when_no_other_name_holds_it() {
+    use std::os::unix::fs::MetadataExt;
+    let scratch = Scratch::new("golden-write-over");
+    let dir = golden_copy(&scratch, "run");
+    let script = dir.join("perf_script.out");
+    postprocess_ok(&dir, &[]);
+    let expected = read(&script);
+    // Longer than what the next run writes: the rest must go.
+    let mut longer = expected.clone();
+    longer.push_str(&"an earlier run's tail\n".repeat(1000));
+    std::fs::write(&script, &longer).unwrap();
+    let inode = std::fs::metadata(&script).unwrap().ino();
+    postprocess_ok(&dir, &[]);
+    assert_eq!(std::fs::metadata(&script).unwrap().ino(), inode, "the earlier file was not written over");
+    assert_eq!(read(&script), expected);
+
+    let victim = scratch.join("victim.txt");
+    std::fs::write(&victim, "do not touch\n").unwrap();
+    std::fs::remove_file(&script).unwrap();
+    std::fs::hard_link(&victim, &script).unwrap();
+    postprocess_ok(&dir, &[]);
+    assert_eq!(read(&victim), "do not touch\n", "a hard-linked perf_script.out was written over");
+    assert_ne!(std::fs::metadata(&script).unwrap().ino(), std::fs::metadata(&victim).unwrap().ino());
+    assert_eq!(read(&script), expected);
+}
+
 fn tree_of_archive(
     scratch: &Scratch,
     dir: &Path,

@@ -253,17 +253,21 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                 true => Some(spawn_named(scope, "archive-naming", compress_naming)?),
                 false => None,
             };
-            // The perf_script.out of an earlier run is deleted as soon as this run has samples to show (not before: a
-            // `-pid` that selects nothing keeps it), so that its deletion, the slowest file operation of a run (the
-            // page cache of a 100 MB file), overlaps the run instead of following it. The name stays empty until the
-            // new file is published; a run that fails after this point leaves no perf_script.out (the earlier run's
-            // prof.tar.gz still holds it) and every other output as it was.
+            // The perf_script.out of an earlier run is taken as soon as this run has samples to show (not before: a
+            // `-pid` that selects nothing keeps it) and written over; one that may not be (not a plain file of ours)
+            // is deleted meanwhile, as freeing the page cache of a 100 MB file is the slowest file operation of a run.
+            // The name stays empty until the new file is published; a run that fails after this point leaves no
+            // perf_script.out (the earlier run's prof.tar.gz still holds it) and every other output as it was.
             let set_aside_old_script = staging.set_aside(report::PERF_SCRIPT_FILE);
             let writer = spawn_named(scope, "script-writer", move || {
                 script_file::write(script_file, &script_path, chunks, to_compressor, || {
-                    if let Some(old) = set_aside_old_script() {
-                        // Without a thread to spare, it goes with the staging folder at the end.
-                        let _ = spawn_named(scope, "old-script-rm", move || old.remove());
+                    match set_aside_old_script()?.write_over(report::PERF_SCRIPT_FILE) {
+                        Ok(file) => Some(file),
+                        Err(old) => {
+                            // Without a thread to spare, it goes with the staging folder at the end.
+                            let _ = spawn_named(scope, "old-script-rm", move || old.remove());
+                            None
+                        }
                     }
                 })
             })?;

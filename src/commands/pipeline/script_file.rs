@@ -13,22 +13,24 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::time::Instant;
 
-/// The writer thread: perf_script.out on disk; each chunk then goes on to the compressor.
+/// The writer thread: perf_script.out on disk; each chunk then goes on to the compressor. At the first chunk,
+/// `first_chunk` may hand over an earlier perf_script.out to write over instead of `file`.
 pub fn write(
     mut file: File,
     path: &Path,
     chunks: mpsc::Receiver<Chunk>,
     done: mpsc::SyncSender<Chunk>,
-    first_chunk: impl FnOnce(),
+    first_chunk: impl FnOnce() -> Option<File>,
 ) -> Result<()> {
     let started = Instant::now();
     let mut first_chunk = Some(first_chunk);
+    let mut written_over = false;
     let mut len = 0u64;
     let mut reserve = Reserve::default();
     let error = || format!("cannot write {}", path.display());
     for chunk in chunks {
-        if let Some(f) = first_chunk.take() {
-            f();
+        if let Some(earlier) = first_chunk.take().and_then(|f| f()) {
+            (file, written_over) = (earlier, true);
         }
         reserve.ahead_of(&file, len + chunk.len as u64);
         let mut slices = Vec::with_capacity(chunk.samples.len() * 2);
@@ -43,7 +45,11 @@ pub fn write(
             bail!("the perf script compressor stopped");
         }
     }
-    reserve.release_beyond(&file, len).with_context(error)?;
+    match written_over {
+        // What the earlier run wrote beyond this one's end.
+        true => file.set_len(len).with_context(error)?,
+        false => reserve.release_beyond(&file, len).with_context(error)?,
+    }
     tracing::debug!("perf_script.out: {len} bytes written in {:.1?} ({})", started.elapsed(), thread_cpu());
     Ok(())
 }
