@@ -9,11 +9,14 @@
 //! pointer encodings); gimli parses it.
 //!
 //! The section is read on first use only: most libraries a profile touches have every sampled address named by
-//! their symbols, and never need it.
+//! their symbols, and never need it. Its FDEs are then parsed only as lookups reach them, found through the
+//! sorted table of `.eh_frame_hdr` (what unwinders search): libcoreclr.so has 16,000 FDEs, a profile a few dozen
+//! of its functions. A file without that table (or with one in an encoding linkers do not write) has every FDE
+//! parsed at once.
 
 use super::elf::{vaddr_to_offset, LoadSegment};
 use super::ranges::{Range, RangeTable};
-use gimli::{BaseAddresses, CieOrFde, EhFrame, RunTimeEndian, UnwindSection};
+use gimli::{BaseAddresses, CieOrFde, EhFrame, EhFrameOffset, RunTimeEndian, UnwindSection};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::{Mutex, OnceLock};
@@ -22,11 +25,15 @@ use std::sync::{Mutex, OnceLock};
 /// claim anything).
 const MAX_EH_FRAME_LEN: u64 = 256 << 20;
 
+/// How far a lookup through `.eh_frame_hdr` walks past entries whose FDE does not count (does not parse, is empty,
+/// or shares its start): real tables need a step or two.
+const MAX_WALK: usize = 64;
+
 /// Function ranges of one file, in file-offset space (like its symbols).
 pub struct FunctionBounds {
     /// What to read on first use; taken (and the file closed) once read.
     pending: Mutex<Option<Pending>>,
-    table: OnceLock<RangeTable<()>>,
+    table: OnceLock<Bounds>,
     /// The file's PT_LOAD segments (when read from the file): what a debug file found later needs to map its
     /// symbols to file offsets.
     loads: Vec<LoadSegment>,
@@ -34,19 +41,50 @@ pub struct FunctionBounds {
 
 struct Pending {
     file: File,
-    /// File offset, size and link-time address of `.eh_frame`.
-    offset: u64,
-    size: u64,
-    address: u64,
+    /// File offset, size and link-time address of `.eh_frame`, and of `.eh_frame_hdr` if the file has one.
+    eh_frame: Section,
+    hdr: Option<Section>,
     loads: Vec<LoadSegment>,
     endian: RunTimeEndian,
     address_size: u8,
 }
 
+#[derive(Clone, Copy)]
+struct Section {
+    offset: u64,
+    size: u64,
+    address: u64,
+}
+
+enum Bounds {
+    /// Every FDE's range (saved bounds, or a file without a usable `.eh_frame_hdr`).
+    Table(RangeTable<()>),
+    Indexed(Box<Indexed>),
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Bounds::Table(RangeTable::default())
+    }
+}
+
+/// `.eh_frame` with the table of `.eh_frame_hdr`: its FDEs by start address.
+struct Indexed {
+    eh_frame: Vec<u8>,
+    address: u64,
+    endian: RunTimeEndian,
+    address_size: u8,
+    /// The table's entries: two 32-bit offsets from `hdr_address` each, the FDE's start and its own address.
+    table: Vec<u8>,
+    hdr_address: u64,
+    loads: Vec<LoadSegment>,
+}
+
 impl std::fmt::Debug for FunctionBounds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self.table.get() {
-            Some(t) => write!(f, "FunctionBounds({} functions)", t.len()),
+            Some(Bounds::Table(t)) => write!(f, "FunctionBounds({} functions)", t.len()),
+            Some(Bounds::Indexed(i)) => write!(f, "FunctionBounds({} FDEs)", i.len()),
             None => f.write_str("FunctionBounds(not read yet)"),
         }
     }
@@ -60,17 +98,16 @@ impl FunctionBounds {
 
     /// Bounds already known (a capture's saved ranges).
     pub fn known(table: RangeTable<()>) -> FunctionBounds {
-        FunctionBounds { pending: Mutex::new(None), table: OnceLock::from(table), loads: Vec::new() }
+        FunctionBounds { pending: Mutex::new(None), table: OnceLock::from(Bounds::Table(table)), loads: Vec::new() }
     }
 
     /// The bounds in `file`'s `.eh_frame`, read when first asked for. `image` holds (at least) the file's ELF and
     /// section headers, `loads` its PT_LOAD segments.
     pub fn of_elf(file: File, image: &[u8], loads: &[LoadSegment]) -> FunctionBounds {
-        let Some(pending) = locate_eh_frame(image).map(|(offset, size, address, endian, address_size)| Pending {
+        let Some(pending) = locate_eh_frame(image).map(|(eh_frame, hdr, endian, address_size)| Pending {
             file,
-            offset,
-            size,
-            address,
+            eh_frame,
+            hdr,
             loads: loads.to_vec(),
             endian,
             address_size,
@@ -91,41 +128,188 @@ impl FunctionBounds {
             let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner()).take();
             pending.map(|p| p.read()).unwrap_or_default()
         });
-        table.lookup(offset).map(|r| (r.start, r.end))
+        match table {
+            Bounds::Table(table) => table.lookup(offset).map(|r| (r.start, r.end)),
+            Bounds::Indexed(indexed) => indexed.lookup(offset),
+        }
     }
 }
 
 impl Pending {
-    fn read(self) -> RangeTable<()> {
-        if self.size > MAX_EH_FRAME_LEN {
-            tracing::debug!(".eh_frame of {} bytes not read", self.size);
-            return RangeTable::default();
+    fn read(self) -> Bounds {
+        let read = |section: Section| -> Option<Vec<u8>> {
+            if section.size > MAX_EH_FRAME_LEN {
+                tracing::debug!("a {}-byte CFI section is not read", section.size);
+                return None;
+            }
+            let mut bytes = vec![0u8; section.size as usize];
+            match self.file.read_exact_at(&mut bytes, section.offset) {
+                Ok(()) => Some(bytes),
+                Err(e) => {
+                    tracing::debug!("cannot read CFI: {e}");
+                    None
+                }
+            }
+        };
+        let Some(eh_frame) = read(self.eh_frame) else { return Bounds::default() };
+        let table = self.hdr.and_then(|hdr| Some((hdr_table(&read(hdr)?, self.endian)?, hdr.address)));
+        if let Some((table, hdr_address)) = table {
+            let (address, endian, address_size) = (self.eh_frame.address, self.endian, self.address_size);
+            return Bounds::Indexed(Box::new(Indexed {
+                eh_frame,
+                address,
+                endian,
+                address_size,
+                table,
+                hdr_address,
+                loads: self.loads,
+            }));
         }
-        let mut bytes = vec![0u8; self.size as usize];
-        if let Err(e) = self.file.read_exact_at(&mut bytes, self.offset) {
-            tracing::debug!("cannot read .eh_frame: {e}");
-            return RangeTable::default();
-        }
-        let ranges = fde_ranges(&bytes, self.address, self.endian, self.address_size)
-            .into_iter()
-            .filter_map(|(start, len)| {
-                let offset = vaddr_to_offset(&self.loads, start)?;
-                Some(Range { start: offset, end: offset.checked_add(len)?, value: () })
-            })
-            .collect();
-        RangeTable::from_unsorted(ranges)
+        Bounds::Table(every_fde(&eh_frame, self.eh_frame.address, self.endian, self.address_size, &self.loads))
     }
 }
 
-/// `.eh_frame`'s file offset, size and address, and the file's byte order and address size.
-fn locate_eh_frame(image: &[u8]) -> Option<(u64, u64, u64, RunTimeEndian, u8)> {
+/// Every FDE's range in file offsets.
+fn every_fde(
+    eh_frame: &[u8],
+    address: u64,
+    endian: RunTimeEndian,
+    address_size: u8,
+    loads: &[LoadSegment],
+) -> RangeTable<()> {
+    let ranges = fde_ranges(eh_frame, address, endian, address_size)
+        .into_iter()
+        .filter_map(|(start, len)| {
+            let offset = vaddr_to_offset(loads, start)?;
+            Some(Range { start: offset, end: offset.checked_add(len)?, value: () })
+        })
+        .collect();
+    RangeTable::from_unsorted(ranges)
+}
+
+/// `.eh_frame_hdr`'s search table: version 1, the table as linkers write it (`DW_EH_PE_datarel | DW_EH_PE_sdata4`:
+/// pairs of signed 32-bit offsets from the header), a 4-byte pointer to `.eh_frame` and a 4-byte count before it.
+/// `None` for anything else.
+fn hdr_table(hdr: &[u8], endian: RunTimeEndian) -> Option<Vec<u8>> {
+    const DATAREL_SDATA4: u8 = 0x3b;
+    let &[1, eh_frame_ptr_enc, count_enc, DATAREL_SDATA4, ..] = hdr else { return None };
+    // udata4 or sdata4, whether absolute, pc- or data-relative: four bytes each.
+    let four_bytes = |enc: u8| matches!(enc & 0x0f, 0x03 | 0x0b);
+    if !four_bytes(eh_frame_ptr_enc) || !four_bytes(count_enc) {
+        return None;
+    }
+    let count = read_u32(hdr, 8, endian)? as usize;
+    let table = hdr.get(12..12 + count.checked_mul(8)?)?;
+    Some(table.to_vec())
+}
+
+fn read_u32(bytes: &[u8], at: usize, endian: RunTimeEndian) -> Option<u32> {
+    let word: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
+    Some(match endian {
+        RunTimeEndian::Little => u32::from_le_bytes(word),
+        RunTimeEndian::Big => u32::from_be_bytes(word),
+    })
+}
+
+impl Indexed {
+    fn len(&self) -> usize {
+        self.table.len() / 8
+    }
+
+    /// Entry `i`: the start it lists and the FDE's address.
+    fn entry(&self, i: usize) -> (u64, u64) {
+        let at = |n: usize| read_u32(&self.table, i * 8 + n, self.endian).unwrap_or(0) as i32 as i64;
+        (self.hdr_address.wrapping_add_signed(at(0)), self.hdr_address.wrapping_add_signed(at(4)))
+    }
+
+    /// The range of entry `i`'s FDE, if it parses, starts where the table says and is not empty.
+    fn fde(&self, i: usize) -> Option<(u64, u64)> {
+        let (start, fde) = self.entry(i);
+        let offset = usize::try_from(fde.checked_sub(self.address)?).ok()?;
+        let mut eh_frame = EhFrame::new(&self.eh_frame, self.endian);
+        eh_frame.set_address_size(self.address_size);
+        let bases = BaseAddresses::default().set_eh_frame(self.address);
+        let parsed = eh_frame.fde_from_offset(&bases, EhFrameOffset(offset), |section, bases, offset| {
+            section.cie_from_offset(bases, offset)
+        });
+        let parsed = parsed.ok()?;
+        (parsed.initial_address() == start && parsed.len() > 0).then(|| (start, parsed.len()))
+    }
+
+    /// The number of entries listing a start at or below `addr` (the table is sorted by start).
+    fn count_up_to(&self, addr: u64) -> usize {
+        let (mut lo, mut hi) = (0, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            match self.entry(mid).0 <= addr {
+                true => lo = mid + 1,
+                false => hi = mid,
+            }
+        }
+        lo
+    }
+
+    /// The entries listing the same start as entry `i`: `lo..hi` (at most [`MAX_WALK`] each side: a real table
+    /// lists a start once or twice, a planted one could list one a million times).
+    fn same_start(&self, i: usize) -> (usize, usize) {
+        let start = self.entry(i).0;
+        let lo = (i.saturating_sub(MAX_WALK)..i).rev().find(|&j| self.entry(j).0 != start).map_or(0, |j| j + 1);
+        let hi = (i + 1..self.len().min(i + 1 + MAX_WALK)).find(|&j| self.entry(j).0 != start).unwrap_or(self.len());
+        (lo.max(i.saturating_sub(MAX_WALK)), hi.min(i + 1 + MAX_WALK))
+    }
+
+    /// Of entries `lo..hi` (one start), the range of the FDE that counts: the last in `.eh_frame` that parses (the
+    /// table of every FDE cuts the earlier ones to nothing).
+    fn counted(&self, lo: usize, hi: usize) -> Option<(u64, u64)> {
+        (lo..hi).filter_map(|j| Some((self.entry(j).1, self.fde(j)?))).max_by_key(|&(fde, _)| fde).map(|(_, r)| r)
+    }
+
+    /// As the table of every FDE would answer: the FDE with the highest start at or below the address, cut at the
+    /// next FDE's start.
+    fn lookup(&self, offset: u64) -> Option<(u64, u64)> {
+        let segment = self.loads.iter().find(|s| offset >= s.offset && offset - s.offset < s.filesz)?;
+        let addr = (offset - segment.offset).checked_add(segment.vaddr)?;
+        let mut i = self.count_up_to(addr).checked_sub(1)?;
+        let mut found = None;
+        for _ in 0..MAX_WALK {
+            let (lo, hi) = self.same_start(i);
+            found = self.counted(lo, hi);
+            if found.is_some() {
+                break;
+            }
+            i = lo.checked_sub(1)?;
+        }
+        let (start, len) = found?;
+        let mut end = start.checked_add(len)?;
+        let mut next = self.count_up_to(start);
+        for _ in 0..MAX_WALK {
+            if next >= self.len() {
+                break;
+            }
+            let (lo, hi) = self.same_start(next);
+            if let Some((next_start, _)) = self.counted(lo, hi) {
+                end = end.min(next_start);
+                break;
+            }
+            next = hi;
+        }
+        let first = vaddr_to_offset(&self.loads, start)?;
+        (addr < end).then(|| (first, first + (end - start)))
+    }
+}
+
+/// `.eh_frame`'s and `.eh_frame_hdr`'s file offset, size and address, and the file's byte order and address size.
+fn locate_eh_frame(image: &[u8]) -> Option<(Section, Option<Section>, RunTimeEndian, u8)> {
     use object::{Object, ObjectSection};
     let file = object::File::parse(image).ok()?;
-    let section = file.section_by_name(".eh_frame")?;
-    let (offset, size) = section.file_range()?;
+    let section = |name: &str| {
+        let section = file.section_by_name(name)?;
+        let (offset, size) = section.file_range()?;
+        Some(Section { offset, size, address: section.address() })
+    };
     let endian = if file.is_little_endian() { RunTimeEndian::Little } else { RunTimeEndian::Big };
     let address_size = if file.is_64() { 8 } else { 4 };
-    Some((offset, size, section.address(), endian, address_size))
+    Some((section(".eh_frame")?, section(".eh_frame_hdr"), endian, address_size))
 }
 
 /// `(start, length)` of every FDE in an `.eh_frame` section loaded at `address`. A damaged entry ends the walk
@@ -187,18 +371,66 @@ mod tests {
         );
     }
 
+    /// Lookups through `.eh_frame_hdr` answer as the table of every FDE, at each function's edges and middle, for
+    /// this binary and libc.
+    #[test]
+    fn indexed_lookups_read_as_the_table_of_every_fde() {
+        for path in ["/proc/self/exe", "/lib/x86_64-linux-gnu/libc.so.6"] {
+            let bytes = std::fs::read(path).unwrap();
+            let loads = super::super::elf::inspect(&bytes[..]).unwrap().loads;
+            let bounds = FunctionBounds::of_elf(File::open(path).unwrap(), &bytes, &loads);
+            assert!(bounds.lookup(u64::MAX).is_none());
+            let Some(Bounds::Indexed(indexed)) = bounds.table.get() else { panic!("{path}: no .eh_frame_hdr index") };
+            let (eh_frame, hdr, endian, address_size) = locate_eh_frame(&bytes).unwrap();
+            assert!(hdr.is_some());
+            let section = &bytes[eh_frame.offset as usize..(eh_frame.offset + eh_frame.size) as usize];
+            let every = every_fde(section, eh_frame.address, endian, address_size, &loads);
+            assert!(every.len() > 100, "{path}: only {} FDEs", every.len());
+            for r in every.iter() {
+                for offset in [r.start, r.start + (r.end - r.start) / 2, r.end - 1, r.end, r.start.wrapping_sub(1)] {
+                    let expected = every.lookup(offset).map(|r| (r.start, r.end));
+                    assert_eq!(indexed.lookup(offset), expected, "{path} at {offset:#x}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn garbage_sections_give_no_bounds_and_no_panic() {
         for bytes in [&b""[..], b"\x10\0\0\0\0\0\0\0\x01zR\0", &[0xff; 64]] {
             let _ = fde_ranges(bytes, 0x1000, RunTimeEndian::Little, 8);
         }
         let (_, image) = open_self();
-        let (offset, size, address, endian, address_size) = locate_eh_frame(&image).unwrap();
-        let section = &image[offset as usize..(offset + size) as usize];
+        let (eh_frame, hdr, endian, address_size) = locate_eh_frame(&image).unwrap();
+        let (offset, size, address) = (eh_frame.offset as usize, eh_frame.size as usize, eh_frame.address);
+        let section = &image[offset..offset + size];
         let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_00e4);
         for input in rng.inputs(&[&section[..section.len().min(8192)]], 300) {
             let _ = fde_ranges(&input, address, endian, address_size);
         }
         assert!(FunctionBounds::none().lookup(0x1000).is_none());
+        // Damaged search tables: any table, however unsorted or repetitive, answers each lookup in a few steps.
+        let hdr = hdr.unwrap();
+        let hdr_bytes = &image[hdr.offset as usize..(hdr.offset + hdr.size) as usize];
+        let loads = super::super::elf::inspect(&image[..]).unwrap().loads;
+        let one_entry = hdr_bytes[12..20].repeat(200_000);
+        let mut tables: Vec<Vec<u8>> = vec![one_entry];
+        for input in rng.inputs(&[&hdr_bytes[..hdr_bytes.len().min(4096)]], 300) {
+            tables.extend(hdr_table(&input, endian));
+        }
+        for table in tables {
+            let indexed = Indexed {
+                eh_frame: section.to_vec(),
+                address,
+                endian,
+                address_size,
+                table,
+                hdr_address: hdr.address,
+                loads: loads.clone(),
+            };
+            for offset in (0..image.len() as u64).step_by(image.len() / 64 + 1) {
+                let _ = indexed.lookup(offset);
+            }
+        }
     }
 }
