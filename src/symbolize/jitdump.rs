@@ -118,6 +118,12 @@ impl JitDump {
         let mut codes: Vec<JitCode> = Vec::new();
         let place = |codes: &mut Vec<JitCode>, live: &mut BTreeMap<u64, usize>, code: JitCode| {
             let (start, end, at) = (code.start, code.end, code.from);
+            // Code is seldom placed over other code: then the one search tells.
+            if live.range(..end).next_back().map_or(true, |(_, &i)| codes[i].end <= start) {
+                live.insert(start, codes.len());
+                codes.push(code);
+                return;
+            }
             let mut ended: Vec<u64> = live.range(start..end).map(|(&s, _)| s).collect();
             if let Some((&s, &i)) = live.range(..start).next_back() {
                 if codes[i].end > start {
@@ -358,8 +364,13 @@ fn parse_load(body: &Reader) -> Option<Event> {
         return None;
     }
     let name_bytes = body.bytes.get(40..)?;
-    let n = name_bytes.iter().position(|&b| b == 0).unwrap_or(name_bytes.len());
-    let name = String::from_utf8_lossy(&name_bytes[..n]);
+    let n = memchr::memchr(0, name_bytes).unwrap_or(name_bytes.len());
+    // Checked whole first: the lossy conversion's own walk is several times slower on the valid names of a
+    // runtime's thousands of methods.
+    let name = match std::str::from_utf8(&name_bytes[..n]) {
+        Ok(name) => std::borrow::Cow::Borrowed(name),
+        Err(_) => String::from_utf8_lossy(&name_bytes[..n]),
+    };
     let name = name.trim();
     if name.is_empty() {
         return None;
