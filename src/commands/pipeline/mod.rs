@@ -242,7 +242,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                 // Compressed into the archive while it is recorded.
                 Input::Following(_) => PerfDataEntry::AtTheEnd,
             };
-            let compress_naming = || -> Result<Segment> {
+            let compress_naming = move || -> Result<Segment> {
                 let started = Instant::now();
                 let segment = naming_segment(dir)?;
                 tracing::debug!("naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
@@ -250,7 +250,10 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             };
             // A capture writes symbols/ as it names the samples: compressed after them (trimmed, it takes a few ms).
             let naming_segment = match namer.symbols_ready() {
-                true => Some(spawn_named(scope, "archive-naming", compress_naming)?),
+                true => Some(spawn_named(scope, "archive-naming", move || {
+                    yield_to_naming();
+                    compress_naming()
+                })?),
                 false => None,
             };
             // The perf_script.out of an earlier run is taken as soon as this run has samples to show (not before: a
@@ -464,10 +467,18 @@ enum Input {
     Following(mpsc::Receiver<RecordingEnd>),
 }
 
+/// Lowers the calling thread's priority: what it makes is wanted only when the archive is finished, while naming
+/// the samples is what every other output waits for.
+fn yield_to_naming() {
+    // SAFETY: setpriority on the calling thread (who = 0) only changes its nice value.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+}
+
 /// perf.data (complete, read by `reader`) compressed for the archive, with its stack copies' echoes. Its compressed
 /// segment can be hundreds of MB: kept in a nameless file in `staging` until it joins the archive.
 fn compress_perf_data(reader: &PerfDataReader, file: File, shown: &Path, staging: &Staging) -> Result<Segment> {
     let started = Instant::now();
+    yield_to_naming();
     let meta = file.metadata().with_context(|| format!("cannot read {}", shown.display()))?;
     let mut echoes = StackEchoes::new(reader, tarball::BLOCK as u64);
     let spill_name = ".perf.data.deflate";
