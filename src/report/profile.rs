@@ -90,23 +90,25 @@ impl ProfileBuilder {
     /// by `spans`), and the rest of its text, its stack's lines (shared by the samples of a stack), is returned.
     pub fn add(
         &mut self,
-        sample: ResolvedSample,
+        sample: &mut ResolvedSample,
         header: &mut Vec<u8>,
         spans: Option<&mut Vec<Span>>,
     ) -> Option<&Arc<StackText>> {
-        self.facts.note(&sample);
-        let sample = self.viewer.apply(sample)?;
+        self.facts.note(sample);
+        if !self.viewer.apply(sample) {
+            return None;
+        }
         self.shown += 1;
-        self.folder.add(&sample);
+        self.folder.add(sample);
         if let Some(threads) = &mut self.threads {
             let (folder, _) = threads.entry(sample.tid).or_insert_with(|| {
                 // Every thread's graph shows the event of the whole graph.
                 let opts = FoldOptions { event: self.folder.event().map(str::to_string), ..self.fold_opts.clone() };
                 (Folder::new(&opts), sample.comm.clone())
             });
-            folder.add(&sample);
+            folder.add(sample);
         }
-        Some(self.script.render(&sample, header, spans))
+        Some(self.script.render(sample, header, spans))
     }
 
     pub fn finish(self) -> Profile {

@@ -53,25 +53,35 @@ impl Viewer {
     }
 
     /// The sample as the view shows it, or `None` when the view leaves it out.
-    pub fn apply(&mut self, mut sample: ResolvedSample) -> Option<ResolvedSample> {
-        if !self.view.selects(&sample) {
-            return None;
+    pub fn apply(&mut self, sample: &mut ResolvedSample) -> bool {
+        if !self.view.selects(sample) {
+            return false;
         }
         if !self.view.no_kernel && !self.view.strip_tiers {
-            return Some(sample);
+            return true;
         }
         let id = sample.frames.id();
         if let Some(shown) = self.stacks.get(id) {
-            sample.frames = shown.clone()?;
-            return Some(sample);
+            return match shown.clone() {
+                Some(frames) => {
+                    sample.frames = frames;
+                    true
+                }
+                None => false,
+            };
         }
         let shown = self.frames(&sample.frames).map(|frames| match id {
             0 => Stack::from(frames),
             _ => Stack::shared(frames),
         });
         self.stacks.insert(id, shown.clone(), shown.as_ref().map_or(1, |s| s.len()));
-        sample.frames = shown?;
-        Some(sample)
+        match shown {
+            Some(frames) => {
+                sample.frames = frames;
+                true
+            }
+            None => false,
+        }
     }
 
     /// The frames as the view shows them; `None` when none is left.

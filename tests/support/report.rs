@@ -26,7 +26,7 @@ pub fn render<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &
     let mut header = Vec::new();
     for sample in samples {
         header.clear();
-        if let Some(stack) = builder.add(sample.clone(), &mut header, None) {
+        if let Some(stack) = builder.add(&mut sample.clone(), &mut header, None) {
             script.extend_from_slice(&header);
             script.extend_from_slice(&stack.text);
         }

@@ -1,8 +1,8 @@
 //! The stages after recording, shared by `collect` and `postprocess`: perf.data → symbolize → report → archive.
 //!
 //! One pass over the recording: each sample is named on this thread, then shown through the view, rendered as perf
-//! script text and folded on the `report` thread, and dropped ([`sample_sink`]), so memory does not grow with the
-//! recording. Beside it, one thread writes perf_script.out and another compresses it into prof.tar.gz as it comes
+//! script text and folded on the `report` thread ([`sample_sink`]), and dropped back on this one when its batch is
+//! reused, so memory does not grow with the recording. Beside it, one thread writes perf_script.out and another compresses it into prof.tar.gz as it comes
 //! ([`script_file`], with [`crate::archive::deflate`] and [`crate::archive::tarball`]), while others compress
 //! perf.data and what names the frames into the archive; the small outputs join it at the end.
 //! docs/ARCHITECTURE.md draws these threads.
@@ -284,9 +284,11 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                 let started = Instant::now();
                 let mut sink = SampleSink::new(report_opts, to_writer, recycled);
                 for mut batch in batches {
-                    for sample in batch.drain(..) {
+                    for sample in &mut batch {
                         sink.take(sample)?;
                     }
+                    // Dropped by the naming thread, whose core holds the counts of the names it shares: dropped
+                    // here, every sample's shared names would move their counts between the cores.
                     let _ = return_batch.send(batch);
                 }
                 let profile = sink.finish();
@@ -299,7 +301,8 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             let stats = namer.for_each_sample(&reader, |s| {
                 batch.push(s);
                 if batch.len() == BATCH_SAMPLES {
-                    let next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
+                    let mut next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
+                    next.clear();
                     // A report stage that stopped (its writer failed) says why when joined.
                     to_report
                         .send(std::mem::replace(&mut batch, next))

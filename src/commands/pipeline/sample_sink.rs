@@ -82,7 +82,7 @@ impl SampleSink {
         SampleSink { profile: ProfileBuilder::new(opts), chunk: Chunk::default(), to_writer, recycled }
     }
 
-    pub fn take(&mut self, sample: ResolvedSample) -> Result<()> {
+    pub fn take(&mut self, sample: &mut ResolvedSample) -> Result<()> {
         let chunk = &mut self.chunk;
         let (before, spans_before) = (chunk.headers.len(), chunk.header_spans.len());
         let Some(stack) = self.profile.add(sample, &mut chunk.headers, Some(&mut chunk.header_spans)) else {
