@@ -69,6 +69,9 @@ pub struct Sources {
     kernel: Option<Option<Arc<KernelSymbols>>>,
     /// The live kernel symbols being read on a thread of their own (see [`prefetch_kernel`](Self::prefetch_kernel)).
     kernel_prefetch: Option<std::thread::JoinHandle<Result<KernelSymbols, String>>>,
+    /// Live jitdumps being read on threads of their own, by PID and path (see
+    /// [`prefetch_jitdump`](Self::prefetch_jitdump)).
+    jitdump_prefetch: HashMap<(u32, Arc<str>), std::thread::JoinHandle<PrefetchedJitdump>>,
     dsos: HashMap<Arc<FileId>, Arc<DsoSymbols>>,
     jit: HashMap<u32, JitFiles>,
     /// `/proc` facts per pid, read once; `None` when the process is gone (or the PID now belongs to another
@@ -95,6 +98,7 @@ impl Sources {
             captured,
             kernel: None,
             kernel_prefetch: None,
+            jitdump_prefetch: HashMap::new(),
             dsos: HashMap::new(),
             jit: HashMap::new(),
             live_procs: HashMap::new(),
@@ -118,6 +122,52 @@ impl Sources {
         let perf_cache = self.build_ids.get(KERNEL_MODULE).filter(|_| self.same_kernel()).cloned();
         let load = move || load_live_kernel(perf_cache.as_deref());
         self.kernel_prefetch = std::thread::Builder::new().name("kallsyms".into()).spawn(load).ok();
+    }
+
+    /// Starts reading and parsing process `pid`'s live jitdump at `path` on a thread of its own, as soon as the
+    /// recording shows the process mapping it: the largest of a JIT's files (its records carry the code), wanted
+    /// with the first samples, while the main thread loads the libraries' symbols those samples need too.
+    pub fn prefetch_jitdump(&mut self, pid: u32, path: &str) {
+        let tried = |files: &JitFiles| files.jitdump_tried.as_deref() == Some(path);
+        let captured = self.captured.as_ref().is_some_and(|c| c.has_jit_file(&c.jitdump(pid)));
+        if !self.opts.live || captured || self.jit_copies_growing.is_some() || self.jit.get(&pid).is_some_and(tried) {
+            return;
+        }
+        let key = (pid, Arc::from(path));
+        if self.jitdump_prefetch.contains_key(&key) {
+            return;
+        }
+        let (path, force) = (key.1.clone(), self.opts.force_maps);
+        let read = move || {
+            let read_as = ProcessInfo::read(pid);
+            let dump = read_jit_file(read_as.as_ref(), pid, Path::new(&*path), force)
+                .map(|bytes| bytes.map(|bytes| JitDump::parse(&bytes)));
+            PrefetchedJitdump { read_as, dump }
+        };
+        if let Ok(thread) = std::thread::Builder::new().name("jitdump".into()).spawn(read) {
+            self.jitdump_prefetch.insert(key, thread);
+        }
+    }
+
+    /// The jitdump [`prefetch_jitdump`](Self::prefetch_jitdump) read, if it was read as the process is known now
+    /// (else it is read again).
+    fn prefetched_jitdump(&mut self, pid: u32, path: &Arc<str>, processes: &Processes) -> Option<Option<JitDump>> {
+        let fetched = self.jitdump_prefetch.remove(&(pid, path.clone()))?.join().ok()?;
+        let now = self.live_process(pid, processes);
+        let same = |a: &ProcessInfo, b: &ProcessInfo| (a.uid, a.started_at, &a.comm) == (b.uid, b.started_at, &b.comm);
+        let read_alike = match (&now, &fetched.read_as) {
+            (Some(now), Some(then)) => same(now, then),
+            (None, None) => true,
+            _ => false,
+        };
+        read_alike.then(|| self.warned(fetched.dump))
+    }
+
+    fn warned<T>(&mut self, read: Result<Option<T>, String>) -> Option<T> {
+        read.unwrap_or_else(|warning| {
+            self.warnings.warn(warning);
+            None
+        })
     }
 
     pub fn kernel(&mut self) -> Option<Arc<KernelSymbols>> {
@@ -233,13 +283,16 @@ impl Sources {
     }
 
     fn load_jitdump(&mut self, pid: u32, path: &Arc<str>, processes: &Processes) -> Option<(Arc<str>, JitDump)> {
-        let mut bytes = self.read_captured_jit_file(|c| c.jitdump(pid));
-        let mut still_written = bytes.is_some() && self.jit_copies_growing.is_some();
-        if bytes.is_none() {
-            bytes = self.read_live_jit_file(pid, Path::new(&**path), processes);
-            still_written = self.live_procs.get(&pid).is_some_and(|p| p.is_some());
-        }
-        let dump = JitDump::parse(&bytes?);
+        let (dump, still_written) = match self.read_captured_jit_file(|c| c.jitdump(pid)) {
+            Some(bytes) => (JitDump::parse(&bytes), self.jit_copies_growing.is_some()),
+            None => {
+                let dump = match self.prefetched_jitdump(pid, path, processes) {
+                    Some(prefetched) => prefetched,
+                    None => self.read_live_jit_file(pid, Path::new(&**path), processes).map(|b| JitDump::parse(&b)),
+                };
+                (dump?, self.live_procs.get(&pid).is_some_and(|p| p.is_some()))
+            }
+        };
         for w in &dump.warnings {
             self.warnings.warn(format!("{path} (PID {pid}): {w}"));
         }
@@ -461,29 +514,9 @@ impl Sources {
         if !self.opts.live {
             return None;
         }
-        let (root, allowed, started_at) = match self.live_process(pid, processes) {
-            Some(info) => (info.root(), vec![info.uid], info.started_at),
-            None => (Root::host(), vec![jit_files::current_euid()], None),
-        };
-        let opened = match root {
-            Ok(root) => jit_files::open_trusted(&root, path, &allowed, self.opts.force_maps, started_at),
-            Err(e) => Err(jit_files::OpenError::Other(e.to_string())),
-        };
-        match opened {
-            Ok((mut f, size)) => match input::read_all(&mut f, size, Limit::JIT_FILE) {
-                Ok(bytes) => Some(bytes),
-                Err(e) => {
-                    self.warnings.warn(format!("cannot read {} of PID {pid}: {e}", path.display()));
-                    None
-                }
-            },
-            Err(e) => {
-                if let Some(warning) = jit_files::refusal(path, pid, &e) {
-                    self.warnings.warn(warning);
-                }
-                None
-            }
-        }
+        let info = self.live_process(pid, processes);
+        let read = read_jit_file(info.as_ref(), pid, path, self.opts.force_maps);
+        self.warned(read)
     }
 
     /// Whether the recording was made on the kernel running now (unknown counts as yes: same machine is the
@@ -496,6 +529,32 @@ impl Sources {
 
 /// The running kernel's symbols: perf's own saved copy of kallsyms for the kernel with the build-id the recording
 /// names (`perf_cache`), if there is one, else `/proc/kallsyms`; the error is the warning to give.
+/// A jitdump read and parsed by [`Sources::prefetch_jitdump`], and the process as it was read.
+struct PrefetchedJitdump {
+    read_as: Option<ProcessInfo>,
+    dump: Result<Option<JitDump>, String>,
+}
+
+/// A perf map or jitdump of process `pid` from the live system: through the process's root while it runs (`info`),
+/// else from the host path (where perf finds maps of processes that are gone), each with the checks of
+/// [`jit_files::open_trusted`]. `Ok(None)` when it does not exist; the error is the warning to give.
+fn read_jit_file(info: Option<&ProcessInfo>, pid: u32, path: &Path, force: bool) -> Result<Option<Vec<u8>>, String> {
+    let (root, allowed, started_at) = match info {
+        Some(info) => (info.root(), vec![info.uid], info.started_at),
+        None => (Root::host(), vec![jit_files::current_euid()], None),
+    };
+    let opened = match root {
+        Ok(root) => jit_files::open_trusted(&root, path, &allowed, force, started_at),
+        Err(e) => Err(jit_files::OpenError::Other(e.to_string())),
+    };
+    match opened {
+        Ok((mut f, size)) => input::read_all(&mut f, size, Limit::JIT_FILE)
+            .map(Some)
+            .map_err(|e| format!("cannot read {} of PID {pid}: {e}", path.display())),
+        Err(e) => jit_files::refusal(path, pid, &e).map_or(Ok(None), Err),
+    }
+}
+
 fn load_live_kernel(perf_cache: Option<&[u8]>) -> Result<KernelSymbols, String> {
     if let Some(k) = perf_cache.and_then(KernelSymbols::from_perf_cache) {
         return Ok(k);

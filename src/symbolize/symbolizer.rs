@@ -421,6 +421,12 @@ impl Symbolizer {
                 }
                 Skimmed::Record(r) => match replayed_at(&r, last_time) {
                     Some(time) => {
+                        // Read ahead of the replay: the samples after this record will want it at once.
+                        if let Record::Mmap(m) = &r {
+                            if super::address_space::is_jitdump_path(&m.filename) {
+                                self.sources.prefetch_jitdump(m.pid, &m.filename);
+                            }
+                        }
                         last_time = time;
                         latest = latest.max(time);
                         waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });

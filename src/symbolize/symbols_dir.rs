@@ -189,6 +189,11 @@ impl CapturedDir {
         jitdump_name(pid)
     }
 
+    /// Whether the capture saved a file of this name (a perf map or jitdump).
+    pub fn has_jit_file(&self, name: &str) -> bool {
+        self.dir.kind(name).is_some()
+    }
+
     /// The saved frames of a process's JIT methods (`jitframes-HOSTPID.txt`), with the number of lines refused.
     pub fn jit_frames(&self, pid: u32) -> Result<Option<(JitFrames, usize)>> {
         Ok(read_text(&self.dir, &jit_frames_name(pid))?.map(|text| JitFrames::parse(&text)))
