@@ -101,8 +101,8 @@ fn is_code(kind: u8) -> bool {
 }
 
 impl KernelSymbols {
-    #[cfg(test)]
-    fn parse(text: &str) -> KernelSymbols {
+    /// The symbols of a kallsyms text (as the fuzz targets give it).
+    pub fn parse(text: &str) -> KernelSymbols {
         Self::from_text(Text::Read(text.as_bytes().into()))
     }
 
@@ -222,6 +222,26 @@ impl KernelSymbols {
             (a, b) => a.or(b).unwrap_or(start.saturating_add(LAST_SYMBOL_SIZE)),
         };
         (addr < after).then_some((start, after, line))
+    }
+
+    /// Every symbol, in address order (each read from its line as for a lookup).
+    pub fn iter(&self) -> impl Iterator<Item = KernelSymbol> + '_ {
+        let starts: Vec<u64> = match &self.index {
+            Index::Ranges(table) => table.iter().map(|r| r.start).collect(),
+            Index::Listing(listing) => {
+                let mut starts: Vec<u64> = match listing.blocks.is_empty() {
+                    true => Vec::new(),
+                    false => {
+                        listing.lines(&self.text, 0).filter(|&(a, k, _)| is_code(k) && a != 0).map(|l| l.0).collect()
+                    }
+                };
+                starts.extend(listing.rest.iter().map(|&(start, _)| start));
+                starts.sort_unstable();
+                starts.dedup();
+                starts
+            }
+        };
+        starts.into_iter().filter_map(|start| self.lookup(start))
     }
 
     fn is_empty(&self) -> bool {
@@ -619,8 +639,10 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         for input in rng.inputs(&[SAMPLE.as_bytes()], 3000) {
             let text = String::from_utf8_lossy(&input);
             let k = KernelSymbols::parse(&text);
-            for (start, _, _) in reference_table(&text).0 {
-                let s = k.lookup(start).expect("every symbol is found at its start");
+            let starts: Vec<u64> = k.iter().map(|s| s.start).collect();
+            let expected: Vec<u64> = reference_table(&text).0.iter().map(|r| r.0).collect();
+            assert_eq!(starts, expected);
+            for s in k.iter() {
                 assert!(s.start < s.end);
             }
         }
