@@ -55,7 +55,7 @@ impl EchoDeflater {
             buf_start: 0,
             encoded: 0,
             filled: 0,
-            last_seen: vec![0; 1 << HASH_BITS].into_boxed_slice(),
+            last_seen: super::writable_zeros(1 << HASH_BITS).into_boxed_slice(),
             echoes: VecDeque::new(),
         }
     }

@@ -212,8 +212,9 @@ impl RepeatDeflater {
         let mut bits = BitWriter::new();
         // BFINAL=0, BTYPE=01 (fixed Huffman): one block for the whole segment.
         bits.put(0b010, 3);
-        let own = OwnText { bytes: Vec::new(), start: 0, runs: VecDeque::new(), last: vec![(0, 0); 1 << SLOT_BITS] };
-        let placed = LastPositions { slots: vec![(0, 0); 1 << SLOT_BITS] };
+        let own =
+            OwnText { bytes: Vec::new(), start: 0, runs: VecDeque::new(), last: super::writable_zeros(1 << SLOT_BITS) };
+        let placed = LastPositions { slots: super::writable_zeros(1 << SLOT_BITS) };
         RepeatDeflater { bits, pos: 0, own, placed, crc: Crc::new() }
     }
 
