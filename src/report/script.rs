@@ -303,8 +303,14 @@ enum Pad {
 /// Appends `n` in decimal, padded to at least `width` bytes (`{n:>w$}`, `{n:0w$}`, `{n:<w$}`).
 fn push_decimal(out: &mut Vec<u8>, mut n: u64, width: usize, pad: Pad) {
     // Two digits a step (six numbers a sample: a digit at a time was a fifth of rendering the text).
-    const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819202122232425262728293031323334353637383940414243444546474849\
-                                5051525354555657585960616263646566676869707172737475767778798081828384858687888990919293949596979899";
+    const PAIRS: [u8; 200] = {
+        let (mut pairs, mut n) = ([0u8; 200], 0);
+        while n < 100 {
+            (pairs[2 * n], pairs[2 * n + 1]) = (b'0' + (n / 10) as u8, b'0' + (n % 10) as u8);
+            n += 1;
+        }
+        pairs
+    };
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     while n >= 100 {

@@ -507,9 +507,7 @@ impl Sources {
         self.live_process(pid, processes).map_or(pid, |i| i.nspid)
     }
 
-    /// Reads a perf map or jitdump of `pid` from the live system: through the process's root while it runs, else
-    /// from the host path (where perf finds maps of processes that are gone), each with the checks of
-    /// [`jit_files::open_trusted`].
+    /// [`read_jit_file`] of `pid` as it runs now (if it is still the recorded program), its refusal a warning.
     fn read_live_jit_file(&mut self, pid: u32, path: &Path, processes: &Processes) -> Option<Vec<u8>> {
         if !self.opts.live {
             return None;
@@ -527,8 +525,6 @@ impl Sources {
     }
 }
 
-/// The running kernel's symbols: perf's own saved copy of kallsyms for the kernel with the build-id the recording
-/// names (`perf_cache`), if there is one, else `/proc/kallsyms`; the error is the warning to give.
 /// A jitdump read and parsed by [`Sources::prefetch_jitdump`], and the process as it was read.
 struct PrefetchedJitdump {
     read_as: Option<ProcessInfo>,
@@ -555,6 +551,8 @@ fn read_jit_file(info: Option<&ProcessInfo>, pid: u32, path: &Path, force: bool)
     }
 }
 
+/// The running kernel's symbols: perf's own saved copy of kallsyms for the kernel with the build-id the recording
+/// names (`perf_cache`), if there is one, else `/proc/kallsyms`; the error is the warning to give.
 fn load_live_kernel(perf_cache: Option<&[u8]>) -> Result<KernelSymbols, String> {
     if let Some(k) = perf_cache.and_then(KernelSymbols::from_perf_cache) {
         return Ok(k);

@@ -2,9 +2,10 @@
 //!
 //! One pass over the recording: each sample is named on this thread, then shown through the view, rendered as perf
 //! script text and folded on the `report` thread ([`sample_sink`]), and dropped back on this one when its batch is
-//! reused, so memory does not grow with the recording. Beside it, one thread writes perf_script.out and another compresses it into prof.tar.gz as it comes
-//! ([`script_file`], with [`crate::archive::deflate`] and [`crate::archive::tarball`]), while others compress
-//! perf.data and what names the frames into the archive; the small outputs join it at the end.
+//! reused, so memory does not grow with the recording. Beside it, one thread writes perf_script.out and another
+//! compresses it into prof.tar.gz as it comes ([`script_file`], with [`crate::archive::deflate`] and
+//! [`crate::archive::tarball`]), while others compress perf.data and what names the frames into the archive; the
+//! small outputs join it at the end.
 //! docs/ARCHITECTURE.md draws these threads.
 //!
 //! Outputs are written into a fresh staging folder inside the output directory and then renamed into place, so a
