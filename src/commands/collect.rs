@@ -207,12 +207,6 @@ pub(super) fn after_recording(
     })
 }
 
-/// Sets thread `tid`'s nice value (0: the calling thread); a refusal leaves it as it was.
-fn set_nice(tid: u32, nice: i32) {
-    // SAFETY: setpriority changes only the scheduling priority of the thread named.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
-}
-
 /// What a run stopped before its outputs leaves, `what` being what `run_dir` holds.
 fn outputs_left(run_dir: &Dir, what: &str) -> String {
     let shown = run_dir.path().display();
@@ -333,7 +327,7 @@ impl LiveOutputs {
         // CAP_SYS_NICE; without it they stay at 10).
         if let Ok(tids) = crate::procfs::Process::open(std::process::id()).and_then(|p| p.thread_ids()) {
             for tid in tids {
-                set_nice(tid, 0);
+                pipeline::set_nice(tid, 0);
             }
         }
         Ok(self.thread.join().unwrap_or_else(|_| Err(anyhow::anyhow!("making the outputs panicked"))))
@@ -356,7 +350,7 @@ impl CollectObserver {
         let thread = std::thread::Builder::new().name("outputs".into()).spawn(move || {
             // While sampling runs the target comes first: this thread and those it starts (they inherit it) keep
             // up at nice 10 with a fraction of a CPU; `LiveOutputs::finish` puts them back for the end.
-            set_nice(0, 10);
+            pipeline::set_nice(0, 10);
             pipeline::generate(OutputRequest {
                 dir: &dir,
                 recording: Recording::Following { reader: Box::new(reader), end },

@@ -52,7 +52,7 @@ impl Viewer {
         &self.view
     }
 
-    /// The sample as the view shows it, or `None` when the view leaves it out.
+    /// Shows the sample as the view does (its frames as the view leaves them); false when the view leaves it out.
     pub fn apply(&mut self, sample: &mut ResolvedSample) -> bool {
         if !self.view.selects(sample) {
             return false;
@@ -61,20 +61,17 @@ impl Viewer {
             return true;
         }
         let id = sample.frames.id();
-        if let Some(shown) = self.stacks.get(id) {
-            return match shown.clone() {
-                Some(frames) => {
-                    sample.frames = frames;
-                    true
-                }
-                None => false,
-            };
-        }
-        let shown = self.frames(&sample.frames).map(|frames| match id {
-            0 => Stack::from(frames),
-            _ => Stack::shared(frames),
-        });
-        self.stacks.insert(id, shown.clone(), shown.as_ref().map_or(1, |s| s.len()));
+        let shown = match self.stacks.get(id) {
+            Some(shown) => shown.clone(),
+            None => {
+                let shown = self.frames(&sample.frames).map(|frames| match id {
+                    0 => Stack::from(frames),
+                    _ => Stack::shared(frames),
+                });
+                self.stacks.insert(id, shown.clone(), shown.as_ref().map_or(1, |s| s.len()));
+                shown
+            }
+        };
         match shown {
             Some(frames) => {
                 sample.frames = frames;

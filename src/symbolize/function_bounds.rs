@@ -253,9 +253,10 @@ impl Indexed {
     /// lists a start once or twice, a planted one could list one a million times).
     fn same_start(&self, i: usize) -> (usize, usize) {
         let start = self.entry(i).0;
-        let lo = (i.saturating_sub(MAX_WALK)..i).rev().find(|&j| self.entry(j).0 != start).map_or(0, |j| j + 1);
-        let hi = (i + 1..self.len().min(i + 1 + MAX_WALK)).find(|&j| self.entry(j).0 != start).unwrap_or(self.len());
-        (lo.max(i.saturating_sub(MAX_WALK)), hi.min(i + 1 + MAX_WALK))
+        let (first, last) = (i.saturating_sub(MAX_WALK), (i + 1 + MAX_WALK).min(self.len()));
+        let lo = (first..i).rev().find(|&j| self.entry(j).0 != start).map_or(first, |j| j + 1);
+        let hi = (i + 1..last).find(|&j| self.entry(j).0 != start).unwrap_or(last);
+        (lo, hi)
     }
 
     /// Of entries `lo..hi` (one start), the range of the FDE that counts: the last in `.eh_frame` that parses (the

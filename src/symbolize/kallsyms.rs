@@ -114,22 +114,22 @@ impl KernelSymbols {
         let (mut listed, mut any_nonzero) = (0usize, false);
         let (mut at, mut prev_addr, mut lines) = (0usize, 0u64, 0usize);
         let mut last_code: Option<(u64, u32)> = None;
-        let mut block_first_code = Vec::with_capacity(blocks.capacity());
         while at < bytes.len() && at <= u32::MAX as usize {
             let Some((addr, kind, next)) = fixed_line(bytes, at) else { break };
             if addr < prev_addr {
                 break;
             }
             if lines % BLOCK_LINES == 0 {
-                blocks.push(Block { first_addr: addr, offset: at as u32, before: last_code, code_from_here: 0 });
-                block_first_code.push(u64::MAX);
+                let before = last_code;
+                blocks.push(Block { first_addr: addr, offset: at as u32, before, code_from_here: u64::MAX });
             }
             if is_code(kind) && addr != 0 {
                 if last_code.map_or(true, |(start, _)| start != addr) {
                     last_code = Some((addr, at as u32));
                 }
-                let first = block_first_code.last_mut().expect("pushed with the block");
-                *first = (*first).min(addr);
+                // The block's own lowest code start for now; the pass below takes in the later blocks'.
+                let block = blocks.last_mut().expect("pushed at the first line");
+                block.code_from_here = block.code_from_here.min(addr);
             }
             listed += 1;
             any_nonzero |= addr != 0;
@@ -139,8 +139,8 @@ impl KernelSymbols {
         }
         let sorted_end = at;
         let mut code_from_here = u64::MAX;
-        for (block, first) in blocks.iter_mut().zip(block_first_code).rev() {
-            code_from_here = code_from_here.min(first);
+        for block in blocks.iter_mut().rev() {
+            code_from_here = code_from_here.min(block.code_from_here);
             block.code_from_here = code_from_here;
         }
         // The rest, in any order and any layout the general split reads.

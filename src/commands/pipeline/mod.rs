@@ -471,11 +471,16 @@ enum Input {
     Following(mpsc::Receiver<RecordingEnd>),
 }
 
+/// Sets thread `tid`'s nice value (0: the calling thread); a refusal leaves it as it was.
+pub(super) fn set_nice(tid: u32, nice: i32) {
+    // SAFETY: setpriority changes only the scheduling priority of the thread named.
+    unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+}
+
 /// Lowers the calling thread's priority: what it makes is wanted only when the archive is finished, while naming
 /// the samples is what every other output waits for.
 fn yield_to_naming() {
-    // SAFETY: setpriority on the calling thread (who = 0) only changes its nice value.
-    unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+    set_nice(0, 10);
 }
 
 /// perf.data (complete, read by `reader`) compressed for the archive, with its stack copies' echoes. Its compressed

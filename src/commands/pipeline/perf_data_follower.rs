@@ -88,8 +88,7 @@ impl PerfDataFollower {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let thread = std::thread::Builder::new().name("archive-perf-data".into()).spawn(move || {
-            // SAFETY: setpriority on the calling thread (who = 0) only changes its nice value.
-            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 10) };
+            super::set_nice(0, 10);
             let (head, rest) = follow(file, &shown, data_start, formats, out, &progress, &stopped)?;
             Ok(FollowedPerfData { head, rest, far })
         })?;
