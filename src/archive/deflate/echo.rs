@@ -171,26 +171,29 @@ fn probe(bits: &mut BitWriter, t: &Tables, last_seen: &mut [u32], start: u64, da
 #[inline]
 fn common_len(data: &[u8], a: usize, b: usize) -> usize {
     let max = (data.len() - b).min(MAX_MATCH << 12);
-    let word = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap());
+    let (x, y) = (&data[a..a + max], &data[b..b + max]);
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap());
     let mut n = 0;
-    while n + 32 <= max {
-        let diff = (word(a + n) ^ word(b + n))
-            | (word(a + n + 8) ^ word(b + n + 8))
-            | (word(a + n + 16) ^ word(b + n + 16))
-            | (word(a + n + 24) ^ word(b + n + 24));
+    // Most echoes run for hundreds of bytes: 64 at a time until one differs.
+    while n + 64 <= max {
+        let (p, q) = (&x[n..n + 64], &y[n..n + 64]);
+        let mut diff = 0;
+        for k in 0..8 {
+            diff |= word(p, 8 * k) ^ word(q, 8 * k);
+        }
         if diff != 0 {
             break;
         }
-        n += 32;
+        n += 64;
     }
     while n + 8 <= max {
-        let diff = word(a + n) ^ word(b + n);
+        let diff = word(x, n) ^ word(y, n);
         if diff != 0 {
             return n + diff.trailing_zeros() as usize / 8;
         }
         n += 8;
     }
-    while n < max && data[a + n] == data[b + n] {
+    while n < max && x[n] == y[n] {
         n += 1;
     }
     n
@@ -276,6 +279,25 @@ mod tests {
             assert!(inflate(&out) == data, "seed {seed}: round trip differs");
             assert_eq!(crc, crc32fast::hash(&data));
             assert!(out.len() * 5 < data.len(), "seed {seed}: {} of {} bytes", out.len(), data.len());
+        }
+    }
+
+    #[test]
+    fn common_len_counts_every_equal_byte() {
+        let naive =
+            |data: &[u8], a: usize, b: usize| (b..data.len()).take_while(|&j| data[j] == data[a + j - b]).count();
+        for len in [0usize, 1, 7, 8, 9, 63, 64, 65, 130, 200, 1100] {
+            for differ_at in [0, 1, 7, 8, 31, 63, 64, 65, 127, 128, 199, len] {
+                let mut data: Vec<u8> = (0..len as u32).map(|i| (i * 7) as u8).collect();
+                data.extend_from_slice(&data.clone());
+                if differ_at < len {
+                    data[len + differ_at] ^= 0x40;
+                }
+                for cut in [0, 3] {
+                    let data = &data[..data.len() - cut.min(len)];
+                    assert_eq!(common_len(data, 0, len), naive(data, 0, len), "len {len} differ at {differ_at}");
+                }
+            }
         }
     }
 

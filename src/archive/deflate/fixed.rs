@@ -150,18 +150,21 @@ pub fn put_literals(bits: &mut BitWriter, t: &Tables, bytes: &[u8]) {
 /// A match of any length ≥ 3, as several deflate matches of at most 258 bytes.
 pub fn put_match(bits: &mut BitWriter, t: &Tables, distance: u32, mut len: usize) {
     let d = distance_code(distance);
-    while len > 0 {
+    // A length code is at most 13 bits and a distance code 18: each pair goes out as one write.
+    let pair = |l: Code| (l.bits | d.bits << l.len, l.len + d.len);
+    if len > MAX_MATCH {
+        let (longest, longest_len) = pair(t.length[MAX_MATCH]);
         // Never leave a tail shorter than a match can be.
-        let take = if len <= MAX_MATCH {
-            len
-        } else if len - MAX_MATCH < MIN_MATCH {
-            len - MIN_MATCH
-        } else {
-            MAX_MATCH
-        };
-        let l = t.length[take];
-        bits.put(l.bits, l.len);
-        bits.put(d.bits, d.len);
-        len -= take;
+        while len > MAX_MATCH + MIN_MATCH - 1 {
+            bits.put(longest, longest_len);
+            len -= MAX_MATCH;
+        }
+        if len > MAX_MATCH {
+            let (code, code_len) = pair(t.length[len - MIN_MATCH]);
+            bits.put(code, code_len);
+            len = MIN_MATCH;
+        }
     }
+    let (code, code_len) = pair(t.length[len]);
+    bits.put(code, code_len);
 }
