@@ -113,9 +113,13 @@ const USER_CHAIN_TAG: u64 = u64::from_le_bytes(*b"PCUCHAIN");
 
 /// The callchain entries stashed in the slack of a stack copy (after its valid bytes): `entries[n], n, tag`.
 fn stashed_user_chain(slack: &[u8]) -> Vec<u64> {
-    let words: Vec<u64> = slack.chunks_exact(8).map(|b| u64::from_ne_bytes(b.try_into().unwrap())).collect();
-    match words.as_slice() {
-        [entries @ .., n, tag] if *tag == USER_CHAIN_TAG && *n == entries.len() as u64 => entries.to_vec(),
+    // The slack is most of a copy (KBs): only its last two words are read unless they are the tag.
+    let word = |i: usize| u64::from_ne_bytes(slack[i * 8..i * 8 + 8].try_into().unwrap());
+    let words = slack.len() / 8;
+    match words.checked_sub(2) {
+        Some(entries) if word(words - 1) == USER_CHAIN_TAG && word(words - 2) == entries as u64 => {
+            (0..entries).map(word).collect()
+        }
         _ => Vec::new(),
     }
 }

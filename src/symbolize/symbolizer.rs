@@ -290,6 +290,7 @@ impl Symbolizer {
     pub(crate) fn reload_jit_files(&mut self) {
         self.sources.forget_jit_files();
         self.cache.clear();
+        self.walker.forget_walks();
         self.stacks.clear();
         self.stack_cache_frames = 0;
     }
