@@ -126,9 +126,17 @@ struct CallersWalked {
 /// values at the same addresses, walks the same way: it is given the remembered frames after reading only those
 /// slots (a few dozen words instead of unwinding every frame). A thread sampled over and over in one function at
 /// the same depth returns to the same state wherever in it the sample fell. One walk per slot of a fixed table,
-/// the latest: memory stays bounded whatever the recording.
+/// the latest: memory stays bounded whatever the recording. Where few walks are found (nearly every stack
+/// distinct), remembering costs more than it saves: it rests a while, then tries again.
 struct Walks {
     slots: Vec<Option<Remembered>>,
+    /// Lookups and hits since the last check.
+    lookups: u32,
+    hits: u32,
+    /// Walks left unremembered before the next try.
+    resting: u32,
+    /// The reads of the walk under way (kept for its allocation).
+    log: Vec<(u64, Option<u64>)>,
 }
 
 struct Remembered {
@@ -140,10 +148,14 @@ struct Remembered {
 
 /// Slots of [`Walks`]: more than the distinct stacks of a steady service, a few MB at most.
 const REMEMBERED_WALKS: usize = 4096;
+/// Lookups between two looks at the hit rate, and walks left unremembered after a rate below a quarter.
+const CHECK_EVERY: u32 = 1024;
+const REST: u32 = 16 * 1024;
 
 impl Default for Walks {
     fn default() -> Walks {
-        Walks { slots: (0..REMEMBERED_WALKS).map(|_| None).collect() }
+        let slots = (0..REMEMBERED_WALKS).map(|_| None).collect();
+        Walks { slots, lookups: 0, hits: 0, resting: 0, log: Vec::new() }
     }
 }
 
@@ -154,14 +166,43 @@ impl Walks {
         (rustc_hash::FxBuildHasher.hash_one(key) >> 52) as usize % REMEMBERED_WALKS
     }
 
-    /// The walk remembered for `key`, if every slot it read still reads the same through `read`.
-    fn get(&self, key: &CallerKey, read: impl Fn(u64) -> Result<u64, ()>) -> Option<&CallersWalked> {
-        let r = self.slots[Self::slot(key)].as_ref().filter(|r| r.key == *key)?;
-        r.reads.iter().all(|&(addr, value)| read(addr).ok() == value).then_some(&r.walked)
+    /// Whether the next walk is looked up and remembered.
+    fn active(&mut self) -> bool {
+        self.resting = self.resting.saturating_sub(1);
+        self.resting == 0
     }
 
-    fn put(&mut self, key: CallerKey, reads: Vec<(u64, Option<u64>)>, walked: CallersWalked) {
-        self.slots[Self::slot(&key)] = Some(Remembered { key, reads, walked });
+    /// The walk remembered for `key`, if every slot it read still reads the same through `read`.
+    fn get(&mut self, key: &CallerKey, read: impl Fn(u64) -> Result<u64, ()>) -> Option<&CallersWalked> {
+        self.lookups += 1;
+        if self.lookups == CHECK_EVERY {
+            if self.hits * 4 < self.lookups {
+                self.resting = REST;
+            }
+            (self.lookups, self.hits) = (0, 0);
+        }
+        let r = self.slots[Self::slot(key)].as_ref().filter(|r| r.key == *key)?;
+        let same = r.reads.iter().all(|&(addr, value)| read(addr).ok() == value);
+        self.hits += same as u32;
+        same.then_some(&r.walked)
+    }
+
+    fn put(&mut self, key: CallerKey, reads: &[(u64, Option<u64>)], frames: &[u64], complete: bool) {
+        match &mut self.slots[Self::slot(&key)] {
+            // The slot's vectors are reused: no allocation per walk once the table is full.
+            Some(r) => {
+                r.key = key;
+                r.reads.clear();
+                r.reads.extend_from_slice(reads);
+                r.walked.frames.clear();
+                r.walked.frames.extend_from_slice(frames);
+                r.walked.complete = complete;
+            }
+            empty => {
+                let walked = CallersWalked { frames: frames.to_vec(), complete };
+                *empty = Some(Remembered { key, reads: reads.to_vec(), walked });
+            }
+        }
     }
 }
 
@@ -268,10 +309,15 @@ impl StackWalker {
         stack: &[u8],
     ) -> Walked {
         // Every slot read, with what it held: the reads of the walk past the leaf are what a remembered walk needs.
-        let reads = std::cell::RefCell::new(Vec::new());
+        let remember = self.walks.active();
+        let mut log = std::mem::take(&mut self.walks.log);
+        log.clear();
+        let reads = std::cell::RefCell::new(log);
         let mut read_stack = |addr: u64| {
             let value = read_copy(stack, regs.sp, addr);
-            reads.borrow_mut().push((addr, value.ok()));
+            if remember {
+                reads.borrow_mut().push((addr, value.ok()));
+            }
             value
         };
         let mut callers: Option<(CallerKey, usize)> = None;
@@ -287,7 +333,7 @@ impl StackWalker {
             if frames.len() >= MAX_FRAMES {
                 break false;
             }
-            if frames.len() == CALLERS_FROM && callers.is_none() {
+            if remember && frames.len() == CALLERS_FROM && callers.is_none() {
                 let key = CallerKey { space, regs: UserRegs { ip: state.ip(), sp: state.sp(), bp: state.bp() } };
                 if let Some(walked) = self.walks.get(&key, |addr| read_copy(stack, regs.sp, addr)) {
                     frames.extend_from_slice(&walked.frames);
@@ -358,10 +404,11 @@ impl StackWalker {
                 _ => break false,
             }
         };
+        let log = reads.into_inner();
         if let Some((key, first_read)) = callers {
-            let walked = CallersWalked { frames: frames[CALLERS_FROM..].to_vec(), complete };
-            self.walks.put(key, reads.into_inner().split_off(first_read), walked);
+            self.walks.put(key, &log[first_read..], &frames[CALLERS_FROM..], complete);
         }
+        self.walks.log = log;
         Walked { frames, complete, guessed_leaf }
     }
 
@@ -545,6 +592,22 @@ mod tests {
         let regs = UserRegs { ip: 0x9000, sp: 0x7000, bp: 0x7010 };
         let walk = walker.walk((2, 0), &mut OneModule(None), regs, &words(&changed), &[]);
         assert_eq!(walk.frames, [0x9000, 0x5100, 0x5250, 0x5300]);
+    }
+
+    #[test]
+    fn walks_that_never_repeat_stop_being_remembered_for_a_while() {
+        let mut walker = StackWalker::default();
+        for i in 0..CHECK_EVERY as u64 + 10 {
+            // A frame-pointer chain of JIT frames at a different depth each time: no two callers' states alike.
+            let sp = 0x10_0000 + i * 0x100;
+            let stack = words(&[0, 0, sp + 0x30, 0x5100, 0, 0, 0, 0x5200]);
+            let regs = UserRegs { ip: 0x9000, sp, bp: sp + 0x10 };
+            let walk = walker.walk((1, 0), &mut OneModule(None), regs, &stack, &[]);
+            assert_eq!(walk.frames, [0x9000, 0x5100, 0x5200], "walk {i}");
+        }
+        assert!(walker.walks.resting > 0, "a hit rate of 0 did not stop remembering");
+        walker.forget_walks();
+        assert_eq!(walker.walks.resting, 0);
     }
 
     #[test]
