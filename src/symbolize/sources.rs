@@ -149,6 +149,11 @@ impl Sources {
         }
     }
 
+    /// Whether a jitdump is still being read by [`prefetch_jitdump`](Self::prefetch_jitdump).
+    pub fn reading_jitdump(&self) -> bool {
+        self.jitdump_prefetch.values().any(|thread| !thread.is_finished())
+    }
+
     /// The jitdump [`prefetch_jitdump`](Self::prefetch_jitdump) read, if it was read as the process is known now
     /// (else it is read again).
     fn prefetched_jitdump(&mut self, pid: u32, path: &Arc<str>, processes: &Processes) -> Option<Option<JitDump>> {

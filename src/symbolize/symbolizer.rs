@@ -704,6 +704,9 @@ impl Symbolizer {
         let mut frames = Vec::with_capacity(callchain.len().max(1));
         let has_addresses = callchain.iter().any(|&a| a < CONTEXT_MAX);
         let sample_in_kernel = s.misc & MISC_CPUMODE_MASK == MISC_KERNEL;
+        if has_addresses && self.sources.reading_jitdump() {
+            self.load_libraries_of(s.pid, callchain);
+        }
         if has_addresses {
             let mut in_kernel: Option<bool> = None;
             let mut leaf = true;
@@ -731,6 +734,17 @@ impl Symbolizer {
             frames.push(self.frame(s.pid, s.ip, kernel, true, s.time, steady));
         }
         frames
+    }
+
+    /// Loads the symbols of the files `callchain`'s user addresses lie in: done first while the jitdump is still
+    /// being read on its thread, so that its first JIT frame waits for it after they are loaded, not before.
+    fn load_libraries_of(&mut self, pid: u32, callchain: &[u64]) {
+        let Some(process) = self.processes.get(pid) else { return };
+        for &addr in callchain.iter().filter(|&&a| a < KERNEL_HALF) {
+            if let Some(m) = process.space.find(addr.saturating_sub(1)).filter(|m| m.kind == MapKind::File) {
+                self.sources.dso(pid, m, &self.processes);
+            }
+        }
     }
 
     fn frame(&mut self, pid: u32, addr: u64, kernel: bool, leaf: bool, time: u64, steady: &mut Range<u64>) -> Frame {
