@@ -269,8 +269,7 @@ impl StackWalker {
         stack: &[u8],
         callchain: &[u64],
     ) -> Walk {
-        let walked = self.walk_copy(space, modules, regs, stack);
-        let Walked { mut frames, complete, guessed_leaf } = walked;
+        let Walked { mut frames, complete, guessed_leaf } = self.walk_copy(space, modules, regs, stack);
         let chain = user_part(callchain);
         // A walk that went through a guessed leaf is trusted to be whole only if the chain is not longer.
         if complete && (!guessed_leaf || frames.len() >= chain.len()) {
