@@ -294,8 +294,11 @@ impl Indexed {
             }
             next = hi;
         }
+        // Back to file offsets through the segment the start lies in, which a damaged file may map elsewhere than
+        // the one `offset` was found in: only a range that holds `offset` answers.
         let first = vaddr_to_offset(&self.loads, start)?;
-        (addr < end).then(|| (first, first + (end - start)))
+        let last = first.checked_add(end - start)?;
+        (addr < end && (first..last).contains(&offset)).then_some((first, last))
     }
 }
 
@@ -394,6 +397,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Found by the elf fuzz target: load segments mapping one address range from two places in the file. A lookup
+    /// found its address through one of them and mapped the function's start back through the other, answering a
+    /// range that did not hold the offset asked about.
+    #[test]
+    fn a_range_found_through_another_segment_is_not_answered() {
+        let path = "/proc/self/exe";
+        let bytes = std::fs::read(path).unwrap();
+        let mut loads = super::super::elf::inspect(&bytes[..]).unwrap().loads;
+        let text = *loads.iter().max_by_key(|s| s.filesz).unwrap();
+        // The same addresses again, from past the end of the file, listed first (where addresses are looked up).
+        let beyond = LoadSegment { offset: bytes.len() as u64 + 0x10_0000, ..text };
+        loads.insert(0, beyond);
+        let bounds = FunctionBounds::of_elf(File::open(path).unwrap(), &bytes, &loads);
+        let mut answered = 0;
+        for offset in (text.offset..text.offset + text.filesz).step_by(4099) {
+            if let Some((start, end)) = bounds.lookup(offset) {
+                assert!(start <= offset && offset < end, "{start:#x}..{end:#x} for {offset:#x}");
+                answered += 1;
+            }
+        }
+        // The copy past the end answers for its own offsets.
+        let inside = beyond.offset + text.filesz / 2;
+        let (start, end) = bounds.lookup(inside).expect("an FDE holds the middle of the text");
+        assert!(start <= inside && inside < end);
+        assert_eq!(answered, 0, "offsets of the shadowed segment were answered through the other");
     }
 
     #[test]
