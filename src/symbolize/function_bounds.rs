@@ -294,11 +294,15 @@ impl Indexed {
             }
             next = hi;
         }
+        // A damaged table (out of order) can give a start above the address or a next start below it.
+        if !(start..end).contains(&addr) {
+            return None;
+        }
         // Back to file offsets through the segment the start lies in, which a damaged file may map elsewhere than
         // the one `offset` was found in: only a range that holds `offset` answers.
         let first = vaddr_to_offset(&self.loads, start)?;
         let last = first.checked_add(end - start)?;
-        (addr < end && (first..last).contains(&offset)).then_some((first, last))
+        (first..last).contains(&offset).then_some((first, last))
     }
 }
 
