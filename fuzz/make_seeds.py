@@ -116,7 +116,11 @@ def exec_mappings(records, path_end):
                 yield addr, length, pgoff
 
 
-shutil.rmtree(out, ignore_errors=True)
+# Everything but the inputs kept from fuzzing findings (`regression-*`), replayed by every run of their target.
+for target in os.listdir(out) if os.path.isdir(out) else []:
+    for name in os.listdir(os.path.join(out, target)):
+        if not name.startswith("regression-"):
+            os.remove(os.path.join(out, target, name))
 fp_run, auto_run = run_dir("fp"), run_dir("auto")
 recordings = {"perf-fp": os.path.join(work, "fp.data"), "perf-dwarf": os.path.join(work, "dwarf.data"),
               "profcpu-fp": os.path.join(fp_run, "perf.data"),
