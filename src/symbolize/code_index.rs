@@ -240,8 +240,7 @@ fn read_trusted(info: &ProcessInfo, path: &Path, force: bool) -> Result<Option<V
 /// reused for other code). Stubs (`stub<N> …`) are left out: they are not methods.
 fn current_perf_map_code(bytes: &[u8]) -> Vec<JitCode> {
     let mut lines: Vec<(u64, u64, Arc<str>)> = Vec::new();
-    for raw in bytes.split(is_line_end) {
-        let line = String::from_utf8_lossy(raw);
+    for line in perf_map::lines(bytes) {
         if let Some((start, end, name)) = perf_map::parse_line(line.trim_end_matches('\r')) {
             lines.push((start, end, super::name_limit::cap_arc(name)));
         }
@@ -263,10 +262,6 @@ fn current_perf_map_code(bytes: &[u8]) -> Vec<JitCode> {
 
 /// Where a perf map line ends: at a newline, or at a NUL (.NET 8.0.4 sometimes writes one in place of the newline,
 /// gluing two lines together).
-fn is_line_end(b: &u8) -> bool {
-    *b == b'\n' || *b == 0
-}
-
 /// Every file with executable mappings, with its methods.
 fn read_images(pid: u32, maps: &[MapsEntry], opts: &SymbolizeOptions, filter: &ImageFilter) -> Result<Vec<Image>> {
     let mut by_file: BTreeMap<(u32, u32, u64, String), Vec<MapsEntry>> = BTreeMap::new();
@@ -401,11 +396,10 @@ impl JitFeed {
             self.at += used as u64;
             return codes;
         }
-        let Some(end) = bytes.iter().rposition(|&b| b == b'\n') else { return Vec::new() };
+        let Some(end) = bytes.iter().rposition(perf_map::is_line_end) else { return Vec::new() };
         self.at += end as u64 + 1;
         let mut codes = Vec::new();
-        for raw in bytes[..end].split(is_line_end) {
-            let line = String::from_utf8_lossy(raw);
+        for line in perf_map::lines(&bytes[..end]) {
             if let Some((start, end, name)) = perf_map::parse_line(line.trim_end_matches('\r')) {
                 let order = u64::MAX;
                 codes.push(JitCode { start, size: end - start, order, name: super::name_limit::cap_arc(name) });

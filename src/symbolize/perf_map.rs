@@ -1,10 +1,12 @@
 //! The perf map a JIT writes to `/tmp/perf-<pid>.map`: one `START SIZE NAME` line per code range, hex numbers
 //! (with or without `0x`), the name running to the end of the line (it may contain spaces). Lines are appended as
 //! code is generated, so a later line wins where ranges overlap. Input comes from a process we do not trust: bad
-//! lines are skipped and counted, never fatal.
+//! lines are skipped and counted, never fatal. A NUL byte ends a line as a newline does: .NET 8 sometimes writes one
+//! in place of the newline, and a name never holds one.
 
 use super::name_limit;
 use super::ranges::{LaterWinsBuilder, RangeTable};
+use std::borrow::Cow;
 use std::sync::Arc;
 
 #[derive(Debug, Default)]
@@ -17,21 +19,30 @@ pub struct PerfMap {
 impl PerfMap {
     pub fn parse(bytes: &[u8]) -> PerfMap {
         let mut builder = LaterWinsBuilder::default();
-        let (mut lines, mut bad_lines) = (0, 0);
-        for raw in bytes.split(|&b| b == b'\n') {
-            let line = String::from_utf8_lossy(raw);
+        let (mut line_count, mut bad_lines) = (0, 0);
+        for line in lines(bytes) {
             let line = line.trim_end_matches('\r');
             if line.trim().is_empty() {
                 continue;
             }
-            lines += 1;
+            line_count += 1;
             match parse_line(line) {
                 Some((start, end, name)) => builder.insert(start, end, name_limit::cap_arc(name)),
                 None => bad_lines += 1,
             }
         }
-        PerfMap { symbols: builder.build(), lines, bad_lines }
+        PerfMap { symbols: builder.build(), lines: line_count, bad_lines }
     }
+}
+
+/// Whether `b` ends a perf map line.
+pub fn is_line_end(b: &u8) -> bool {
+    *b == b'\n' || *b == 0
+}
+
+/// The lines of a perf map's bytes, decoded lossily (a name is shown, not trusted).
+pub fn lines(bytes: &[u8]) -> impl Iterator<Item = Cow<'_, str>> {
+    bytes.split(is_line_end).map(String::from_utf8_lossy)
 }
 
 /// `(start, end, name)` of one line, or `None` when it is not a usable entry.
@@ -93,6 +104,16 @@ mod tests {
         assert_eq!(m.lines, 7);
         assert_eq!(m.bad_lines, 6);
         assert_eq!(name_at(&m, 0x1000).unwrap(), "good");
+    }
+
+    #[test]
+    fn a_nul_ends_a_line_like_a_newline() {
+        // .NET 8 wrote this: the NUL stands where the newline belongs, and both entries are meant.
+        let m = PerfMap::parse(b"1000 10 A::F()[QuickJitted]\x002000 8 stub<1> B\n3000 4 C\x00\x00\n");
+        assert_eq!((m.lines, m.bad_lines), (3, 0));
+        assert_eq!(name_at(&m, 0x1000).unwrap(), "A::F()[QuickJitted]");
+        assert_eq!(name_at(&m, 0x2000).unwrap(), "stub<1> B");
+        assert_eq!(name_at(&m, 0x3000).unwrap(), "C");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! (`process_vm_readv`) and classified, and those with a rule are appended to `symbols/jitframes-HOSTPID.txt` — while
 //! the process lives, since its code goes with it. At most [`MAX_METHODS`] methods are read per process.
 
-use super::perf_map::parse_line;
+use super::perf_map::{self, parse_line};
 use super::symbols_dir::jit_frames_name;
 use super::unwind::{jit_frame_line, method_frame, PROLOGUE_BYTES};
 use crate::fs::Dir;
@@ -62,7 +62,7 @@ impl Prologues {
         while self.map_read < len && !self.unreadable && self.read.len() < MAX_METHODS {
             let want = ((len - self.map_read) as usize).min(CHUNK);
             let n = map.read_at(&mut buf[..want], self.map_read)?;
-            let Some(end) = buf[..n].iter().rposition(|&b| b == b'\n').map(|i| i + 1) else {
+            let Some(end) = buf[..n].iter().rposition(perf_map::is_line_end).map(|i| i + 1) else {
                 // No complete line: a line longer than a chunk is skipped whole, else it is still being written.
                 if n == CHUNK {
                     self.map_read += n as u64;
@@ -71,8 +71,7 @@ impl Prologues {
                 break;
             };
             let mut lines = String::new();
-            for raw in buf[..end].split(|&b| b == b'\n') {
-                let line = String::from_utf8_lossy(raw);
+            for line in perf_map::lines(&buf[..end]) {
                 if let Some((start, end, name)) = parse_line(&line) {
                     if self.read.len() >= MAX_METHODS || !self.read.insert(start) {
                         continue;
