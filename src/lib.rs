@@ -12,6 +12,7 @@ pub mod escape;
 pub mod fs;
 pub mod interrupt;
 pub mod perf_data;
+pub mod prefault;
 pub mod procfs;
 pub mod record;
 pub mod repeats;

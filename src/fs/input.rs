@@ -178,6 +178,7 @@ pub fn read_all(file: &mut File, size_hint: u64, limit: Limit) -> Result<Vec<u8>
             continue;
         }
         let spare = bytes.spare_capacity_mut();
+        crate::prefault::for_writing(spare);
         // SAFETY: pread writes at most `spare.len()` bytes to the spare capacity and says how many; only those
         // become part of the vector.
         let n = unsafe {

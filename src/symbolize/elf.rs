@@ -81,6 +81,7 @@ impl ElfImage {
     fn fill(&mut self, file: &File, offset: u64, len: u64) -> Result<()> {
         let start = offset.min(self.bytes.len() as u64) as usize;
         let end = offset.saturating_add(len).min(self.bytes.len() as u64) as usize;
+        crate::prefault::for_writing(&mut self.bytes[start..end]);
         file.read_exact_at(&mut self.bytes[start..end], start as u64).context("cannot read the file")
     }
 

@@ -143,6 +143,7 @@ impl Pending {
                 return None;
             }
             let mut bytes = vec![0u8; section.size as usize];
+            crate::prefault::for_writing(&mut bytes);
             match self.file.read_exact_at(&mut bytes, section.offset) {
                 Ok(()) => Some(bytes),
                 Err(e) => {

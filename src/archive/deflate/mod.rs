@@ -31,15 +31,7 @@ use flate2::{Compress, Compression, FlushCompress};
 /// (many µs in a virtual machine: a third of compressing perf_script.out for a 2 MB recording).
 fn writable_zeros<T: Copy + Default>(n: usize) -> Vec<T> {
     let mut table = vec![T::default(); n];
-    let (start, len) = (table.as_mut_ptr() as usize, std::mem::size_of_val(&table[..]));
-    // SAFETY: sysconf only reads a system setting.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
-    let (first, end) = (start.next_multiple_of(page), (start + len) / page * page);
-    if end > first {
-        // SAFETY: the range lies inside `table`'s allocation; populating pages changes no byte of it. Kernels
-        // before 5.14 refuse the advice: the pages then fault in as before.
-        unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_POPULATE_WRITE) };
-    }
+    crate::prefault::for_writing(&mut table);
     table
 }
 
