@@ -18,10 +18,15 @@ and the two ways are:
 
 Prints every run's wall time and peak RSS (from wait4: the pipeline's per stage, its peak being the largest stage's
 and at most their sum), the medians, and the ratios. Sets up what it needs first (idempotent): the inferno CLI
-(`cargo install inferno --version 0.12.8` into the cache), the .NET runtime and the web API.
+(`cargo install inferno --version 0.12.8` into the cache), the .NET runtime and the web API, and times the binary
+users get (scripts/build-static.sh) unless --profcpu names another.
+
+The timed runs regenerate the outputs of a folder that has them already (a warm-up run makes them), so postprocess
+copies perf.data's and symbols/' compressed entries from the folder's prof.tar.gz where they are unchanged. --cold
+removes prof.tar.gz before each profcpu run: everything is compressed, as on a folder's first postprocess.
 
 Usage: scripts/bench-postprocess.py [--case collect|perf-record|short|worst] [--dotnet 8|3.1] [--runs 3] [--seconds 2] [--freq 9999]
-                                    [--profcpu target/release/profcpu] [--dir EXISTING_COLLECTION [--hot FRAME]]
+                                    [--profcpu BINARY] [--cold] [--dir EXISTING_COLLECTION [--hot FRAME]]
                                     [--keep] [--setup-only]
 """
 import argparse
@@ -243,7 +248,10 @@ def main():
     ap.add_argument("--dotnet", choices=["8", "3.1"], default="8", help="the web API's .NET runtime (default 8)")
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--freq", type=int, default=9999)
-    ap.add_argument("--profcpu", default=os.path.join(REPO, "target/release/profcpu"))
+    ap.add_argument("--profcpu", help="the binary to time (default: the one we ship, built by scripts/build-static.sh)")
+    ap.add_argument("--cold", action="store_true",
+                    help="remove the folder's prof.tar.gz before each profcpu run (untimed), so that nothing is taken "
+                         "from an earlier archive: postprocess's first run on a folder")
     ap.add_argument("--dir", help="an existing profcpu collection of a running app (skips recording)")
     ap.add_argument("--hot", default=HOT_METHOD,
                     help=f"a frame name both flame graphs must contain (default {HOT_METHOD}, for --dir of another app)")
@@ -259,8 +267,15 @@ def main():
     for tool in ["perf"]:
         if not shutil.which(tool):
             die(f"{tool} is not installed (scripts/setup-deps.sh)")
+    if not args.profcpu:
+        built = subprocess.run(["bash", os.path.join(REPO, "scripts/build-static.sh")], stdout=subprocess.PIPE,
+                               text=True)
+        if built.returncode != 0:
+            die("scripts/build-static.sh failed")
+        args.profcpu = built.stdout.strip().splitlines()[-1]
     if not os.access(args.profcpu, os.X_OK):
         die(f"{args.profcpu} is not built (cargo build --release)")
+    log(f"timing {args.profcpu}")
 
     work = tempfile.mkdtemp(prefix="bench-postprocess.", dir=os.environ.get("TMPDIR", "/tmp"))
     api_pid = None
@@ -306,6 +321,8 @@ def main():
                 die(f"{svg} does not name {wanted}: frames unnamed, the comparison would be unfair")
         rows = []
         for i in range(args.runs):
+            if args.cold:
+                os.unlink(os.path.join(run_dir, "prof.tar.gz"))
             t_ours, rss_ours, cpu_ours = timed([ours], os.devnull)
             t_pipe, rss_pipe, cpu_pipe = timed(pipeline, pipe_svg)
             rows.append((t_ours, rss_ours[0], t_pipe, rss_pipe, cpu_ours, cpu_pipe))

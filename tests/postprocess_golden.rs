@@ -116,7 +116,11 @@ fn a_second_run_gives_the_same_outputs() {
     postprocess_ok(&dir, &[]);
     let first = tree(&dir);
     let first_archive = tree_of_archive(&scratch, &dir, "first");
-    postprocess_ok(&dir, &[]);
+    // The second run finds perf.data and symbols/ as the first archived them: it copies their compressed bytes.
+    let run = postprocess_ok(&dir, &["-vv"]);
+    for taken in ["perf.data's entry taken from the earlier", "the naming files' segment taken from the earlier"] {
+        assert!(run.stderr.contains(taken), "not reused ({taken}):\n{}", run.stderr);
+    }
     let mut second = tree(&dir);
     // The archive is compared by its contents (its entries carry modification times).
     let mut first = first;

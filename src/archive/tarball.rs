@@ -6,6 +6,10 @@
 //! comes as a finished segment — but for one that may be compressed at the same time as the first, far into the
 //! file ([`FarEntry`]: a recording's perf.data, hundreds of MB compressed), and joined to what precedes it without
 //! copying. The CRC-32 of the whole is combined from the pieces' CRCs.
+//!
+//! The gzip header's extra field (RFC 1952 FEXTRA, ignored by every gzip reader) says where perf.data's entry and
+//! the naming files' segment lie in the file and what they unpack to ([`ArchiveIndex`]): a later run that archives
+//! the same bytes copies their compressed bytes ([`Segment::reused`]) instead of compressing them again.
 
 use super::deflate::{deflate_segment, stored_block, Codec, EchoDeflater, FINAL_BLOCK};
 use crate::fs::Dir;
@@ -21,8 +25,102 @@ use std::time::SystemTime;
 pub const BLOCK: usize = 512;
 const ZEROS: [u8; 2 * BLOCK] = [0; 2 * BLOCK];
 
-/// Gzip header: deflate, no name or extra fields, no time, OS Unix.
-const GZIP_HEADER: [u8; 10] = [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3];
+/// Gzip header: deflate, an extra field, no name, no time, OS Unix; then the extra field's length (XLEN).
+const GZIP_HEADER: [u8; 12] = [0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 3, INDEX_FIELD_LEN as u8, 0];
+
+/// The extra field holds one subfield: its id, its length, then an [`ArchiveIndex`] (zeros until the archive is
+/// finished).
+const INDEX_ID: [u8; 2] = *b"PF";
+const INDEX_LEN: usize = 4 + Indexed::ALL.len() * SLOT_LEN;
+const SLOT_LEN: usize = 32;
+const INDEX_FIELD_LEN: usize = 4 + INDEX_LEN;
+/// Where the index lies in the file.
+const INDEX_AT: u64 = (GZIP_HEADER.len() + 4) as u64;
+const INDEX_VERSION: u8 = 1;
+
+/// The last bytes of every segment: an empty stored block after a sync flush.
+const SEGMENT_END: [u8; 4] = [0, 0, 0xff, 0xff];
+
+/// The entries whose place the archive's index keeps, for a later run to copy instead of compressing again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Indexed {
+    /// perf.data's tar entry.
+    Recording,
+    /// What names the frames (`symbols/`, or the perf maps beside a `perf record` file), as one segment.
+    Naming,
+}
+
+impl Indexed {
+    const ALL: [Indexed; 2] = [Indexed::Recording, Indexed::Naming];
+
+    fn slot(self) -> usize {
+        self as usize
+    }
+}
+
+/// Where an indexed part of an archive lies: `compressed_len` bytes of independent deflate blocks at offset `at`,
+/// unpacking to `len` bytes of CRC-32 `crc`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IndexEntry {
+    pub at: u64,
+    pub compressed_len: u64,
+    pub len: u64,
+    pub crc: u32,
+}
+
+/// The index in an archive's gzip header: version byte, three zeros, then per [`Indexed`] slot the little-endian
+/// `at`, `compressed_len` and `len` (u64), `crc` (u32) and four zeros; a slot of zeros is empty.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ArchiveIndex([Option<IndexEntry>; 2]);
+
+impl ArchiveIndex {
+    pub fn get(&self, which: Indexed) -> Option<IndexEntry> {
+        self.0[which.slot()]
+    }
+
+    fn to_bytes(self) -> [u8; INDEX_LEN] {
+        let mut b = [0u8; INDEX_LEN];
+        b[0] = INDEX_VERSION;
+        for (slot, entry) in self.0.iter().enumerate() {
+            let Some(e) = entry else { continue };
+            let at = 4 + slot * SLOT_LEN;
+            b[at..at + 8].copy_from_slice(&e.at.to_le_bytes());
+            b[at + 8..at + 16].copy_from_slice(&e.compressed_len.to_le_bytes());
+            b[at + 16..at + 24].copy_from_slice(&e.len.to_le_bytes());
+            b[at + 24..at + 28].copy_from_slice(&e.crc.to_le_bytes());
+        }
+        b
+    }
+
+    /// The index of an archive this module wrote; each entry only if it lies inside the file.
+    pub fn read(archive: &File) -> Option<ArchiveIndex> {
+        let mut head = [0u8; GZIP_HEADER.len() + INDEX_FIELD_LEN];
+        archive.read_exact_at(&mut head, 0).ok()?;
+        let wanted = [&GZIP_HEADER[..], &INDEX_ID, &(INDEX_LEN as u16).to_le_bytes(), &[INDEX_VERSION]].concat();
+        if head[..wanted.len()] != wanted[..] {
+            return None;
+        }
+        let file_len = archive.metadata().ok()?.len();
+        let index = &head[INDEX_AT as usize..];
+        let mut entries = [None; 2];
+        for (slot, entry) in entries.iter_mut().enumerate() {
+            let at = 4 + slot * SLOT_LEN;
+            let word = |i: usize| u64::from_le_bytes(index[at + i..at + i + 8].try_into().unwrap());
+            let e = IndexEntry {
+                at: word(0),
+                compressed_len: word(8),
+                len: word(16),
+                crc: u32::from_le_bytes(index[at + 24..at + 28].try_into().unwrap()),
+            };
+            let inside =
+                e.at >= head.len() as u64 && e.at.checked_add(e.compressed_len).is_some_and(|end| end <= file_len);
+            if inside && e.compressed_len >= SEGMENT_END.len() as u64 {
+                *entry = Some(e);
+            }
+        }
+        Some(ArchiveIndex(entries))
+    }
+}
 
 /// A tar header for a regular file or a folder (a relative path of at most 100 bytes).
 pub fn tar_header(path: &Path, size: u64, mtime: u64, dir: bool) -> Result<[u8; BLOCK]> {
@@ -50,10 +148,10 @@ pub enum Entry<'a> {
     File(PathBuf, &'a [u8], u64),
 }
 
-/// Copies a spilled segment's `len` bytes, in the kernel (copy_file_range): they never pass through this process's
-/// memory.
-fn copy_spilled(mut from: &File, len: u64, to: &mut File) -> std::io::Result<()> {
-    from.seek(SeekFrom::Start(0))?;
+/// Copies a spilled segment's `len` bytes at `at`, in the kernel (copy_file_range): they never pass through this
+/// process's memory.
+fn copy_spilled(mut from: &File, at: u64, len: u64, to: &mut File) -> std::io::Result<()> {
+    from.seek(SeekFrom::Start(at))?;
     match std::io::copy(&mut from.take(len), to)? == len {
         true => Ok(()),
         false => Err(std::io::Error::other("its compressed segment became shorter")),
@@ -168,8 +266,13 @@ pub struct Segment {
 /// Where a segment's compressed bytes are.
 pub enum Compressed {
     Memory(Vec<u8>),
-    /// The first `len` bytes of a file (a segment that may be too large to keep in memory).
-    File(File, u64),
+    /// `len` bytes of a file from offset `at` (a segment that may be too large to keep in memory, or one taken from
+    /// an earlier archive).
+    File {
+        file: File,
+        at: u64,
+        len: u64,
+    },
     /// `len` bytes in the archive's [`FarEntry`].
     Far(u64),
 }
@@ -179,7 +282,7 @@ impl Compressed {
     pub fn size(&self) -> u64 {
         match self {
             Compressed::Memory(bytes) => bytes.len() as u64,
-            Compressed::File(_, len) | Compressed::Far(len) => *len,
+            Compressed::File { len, .. } | Compressed::Far(len) => *len,
         }
     }
 }
@@ -213,6 +316,25 @@ impl Segment {
         w.finish()
     }
 
+    /// The `which` part of an earlier `archive`, if it unpacks to what this run would archive there: `len` bytes
+    /// whose CRC-32 `crc` computes (asked only when the rest fits: see [`file_entry_crc`] and [`entries_checksum`]).
+    /// Only an archive of this user is believed: its compressed bytes are copied as they are.
+    pub fn reused(archive: File, which: Indexed, len: u64, crc: impl FnOnce() -> Option<u32>) -> Option<Segment> {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid only reads this process's credentials.
+        if archive.metadata().ok()?.uid() != unsafe { libc::geteuid() } {
+            return None;
+        }
+        let index = ArchiveIndex::read(&archive)?.get(which)?;
+        let mut end = [0u8; SEGMENT_END.len()];
+        archive.read_exact_at(&mut end, index.at + index.compressed_len - SEGMENT_END.len() as u64).ok()?;
+        if index.len != len || end != SEGMENT_END || crc()? != index.crc {
+            return None;
+        }
+        let compressed = Compressed::File { file: archive, at: index.at, len: index.compressed_len };
+        Some(Segment { compressed, crc: Crc::new_with_initial_len(index.crc, len), len })
+    }
+
     /// A segment of `parts`, one after the other (pieces of entries: the caller makes them whole).
     pub fn of_bytes(codec: Codec, parts: &[&[u8]]) -> Segment {
         let len = parts.iter().map(|p| p.len() as u64).sum();
@@ -222,25 +344,64 @@ impl Segment {
 
     /// A segment of whole entries (header, content, padding each), ending the archive if `last`.
     pub fn of_entries(codec: Codec, entries: &[Entry], last: bool) -> Result<Segment> {
-        let mut headers = Vec::with_capacity(entries.len());
-        for entry in entries {
-            headers.push(match entry {
-                Entry::Dir(name, mtime) => tar_header(name, 0, *mtime, true)?,
-                Entry::File(name, content, mtime) => tar_header(name, content.len() as u64, *mtime, false)?,
-            });
-        }
-        let parts = entries.iter().zip(&headers).flat_map(|(entry, header)| {
-            let content: &[u8] = match entry {
-                Entry::Dir(..) => &[],
-                Entry::File(_, content, _) => content,
-            };
-            [&header[..], content, padding(content.len() as u64)]
-        });
+        let headers = entry_headers(entries)?;
         let end: &[u8] = if last { end_of_archive() } else { &[] };
-        let len = parts.clone().chain([end]).map(|p| p.len() as u64).sum();
-        let (compressed, crc) = deflate_segment(codec, parts.chain([end]));
+        let parts = entry_parts(entries, &headers).chain([end]);
+        let len = parts.clone().map(|p| p.len() as u64).sum();
+        let (compressed, crc) = deflate_segment(codec, parts);
         Ok(Segment { compressed: Compressed::Memory(compressed), crc, len })
     }
+}
+
+fn entry_headers(entries: &[Entry]) -> Result<Vec<[u8; BLOCK]>> {
+    entries
+        .iter()
+        .map(|entry| match entry {
+            Entry::Dir(name, mtime) => tar_header(name, 0, *mtime, true),
+            Entry::File(name, content, mtime) => tar_header(name, content.len() as u64, *mtime, false),
+        })
+        .collect()
+}
+
+/// The bytes of `entries` in a tar: header, content and padding of each.
+fn entry_parts<'a>(entries: &'a [Entry], headers: &'a [[u8; BLOCK]]) -> impl Iterator<Item = &'a [u8]> + Clone + 'a {
+    entries.iter().zip(headers).flat_map(|(entry, header)| {
+        let content: &[u8] = match entry {
+            Entry::Dir(..) => &[],
+            Entry::File(_, content, _) => content,
+        };
+        [&header[..], content, padding(content.len() as u64)]
+    })
+}
+
+/// The length and CRC-32 of what [`Segment::of_entries`] makes of `entries` (not ending the archive).
+pub fn entries_checksum(entries: &[Entry]) -> Result<(u64, u32)> {
+    let headers = entry_headers(entries)?;
+    let mut crc = Crc::new();
+    entry_parts(entries, &headers).for_each(|part| crc.update(part));
+    Ok((crc.total_len(), crc.finalize()))
+}
+
+/// The length of a file's tar entry: header, `len` bytes, padding.
+pub fn file_entry_len(len: u64) -> u64 {
+    BLOCK as u64 + len + padding(len).len() as u64
+}
+
+/// The CRC-32 of a file's tar entry: `header`, the first `len` bytes of `content` (read in pieces, so the file is
+/// never held in memory), then the padding.
+pub fn file_entry_crc(header: &[u8; BLOCK], content: &File, len: u64) -> std::io::Result<u32> {
+    let mut crc = Crc::new();
+    crc.update(header);
+    let mut buf = vec![0u8; (1 << 20).min(len as usize)];
+    let mut at = 0;
+    while at < len {
+        let n = buf.len().min((len - at) as usize);
+        content.read_exact_at(&mut buf[..n], at)?;
+        crc.update(&buf[..n]);
+        at += n as u64;
+    }
+    crc.update(padding(len));
+    Ok(crc.finalize())
 }
 
 /// A segment compressed as its bytes come, by [`EchoDeflater`]: from a file while it is still being written, or
@@ -326,7 +487,7 @@ impl SegmentWriter {
             .with_context(|| format!("cannot write {} (disk full?)", self.spill_name.display()))?;
         let compressed = match self.far {
             true => Compressed::Far(self.compressed_len),
-            false => Compressed::File(self.spill, self.compressed_len),
+            false => Compressed::File { file: self.spill, at: 0, len: self.compressed_len },
         };
         Ok(Segment { compressed, crc, len })
     }
@@ -356,6 +517,8 @@ pub struct Tarball {
     /// The CRC and length of everything after that header.
     crc_after_header: Crc,
     len_after_header: u64,
+    /// Where the indexed parts went, once they did.
+    index: ArchiveIndex,
 }
 
 impl Tarball {
@@ -364,11 +527,14 @@ impl Tarball {
         let path = dir.shown(name);
         let mut file = dir.create_file(name).with_context(|| format!("cannot create {}", path.display()))?;
         let placeholder = stored_block(&[0; BLOCK]);
+        let index_field = [&INDEX_ID[..], &(INDEX_LEN as u16).to_le_bytes(), &[0; INDEX_LEN]].concat();
         file.write_all(&GZIP_HEADER)
+            .and_then(|()| file.write_all(&index_field))
             .and_then(|()| file.write_all(&placeholder))
             .with_context(|| format!("cannot write {}", path.display()))?;
-        let first_header_at = (GZIP_HEADER.len() + placeholder.len() - BLOCK) as u64;
-        Ok(Tarball { file, path, first_header_at, crc_after_header: Crc::new(), len_after_header: 0 })
+        let first_header_at = (GZIP_HEADER.len() + index_field.len() + placeholder.len() - BLOCK) as u64;
+        let (crc_after_header, len_after_header, index) = (Crc::new(), 0, ArchiveIndex::default());
+        Ok(Tarball { file, path, first_header_at, crc_after_header, len_after_header, index })
     }
 
     /// Appends compressed bytes of the streamed entry (their CRC is given at [`end_streamed`](Self::end_streamed)).
@@ -394,10 +560,24 @@ impl Tarball {
         self.len_after_header += segment.len;
         let written = match &segment.compressed {
             Compressed::Memory(bytes) => self.file.write_all(bytes),
-            Compressed::File(file, len) => copy_spilled(file, *len, &mut self.file),
+            Compressed::File { file, at, len } => copy_spilled(file, *at, *len, &mut self.file),
             Compressed::Far(_) => Err(std::io::Error::other("a far entry's segment is joined by join_far")),
         };
         written.with_context(|| format!("cannot write {}", self.path.display()))
+    }
+
+    /// Appends `segments`, the `which` part of the archive, and notes where they lie for its index.
+    pub fn append_indexed(&mut self, which: Indexed, segments: &[Segment]) -> Result<()> {
+        let at = self.file.stream_position().with_context(|| format!("cannot write {}", self.path.display()))?;
+        let mut crc = Crc::new();
+        for segment in segments {
+            self.append(segment)?;
+            crc.combine(&segment.crc);
+        }
+        let compressed_len = segments.iter().map(|s| s.compressed.size()).sum();
+        let entry = IndexEntry { at, compressed_len, len: crc.total_len(), crc: crc.finalize() };
+        self.index.0[which.slot()] = Some(entry);
+        Ok(())
     }
 
     /// Reserves the far entry (see [`FarEntry`]) whose head is `head_len` bytes.
@@ -406,7 +586,7 @@ impl Tarball {
         Ok(FarEntry { file, path: self.path.clone(), head_len })
     }
 
-    /// Joins the far entry after what the archive holds so far: its `head`, then `rest` (made by
+    /// Joins the far entry, the recording's, after what the archive holds so far: its `head`, then `rest` (made by
     /// [`SegmentWriter::far`]). The gap between them goes with `fallocate(FALLOC_FL_COLLAPSE_RANGE)`, which moves no
     /// data (ext4, XFS), after deflate blocks that decode to nothing have padded what precedes it to a block
     /// boundary; where the file system cannot, the entry is copied down.
@@ -425,19 +605,24 @@ impl Tarball {
         let joined_at = collapse_start(end, align);
         anyhow::ensure!(joined_at < FAR, "{} grew past its far entry", self.path.display());
         self.file.write_all_at(&no_op_blocks(joined_at - end), end).with_context(ctx)?;
-        let new_end = match collapse_range(&self.file, joined_at, FAR - joined_at) {
-            Ok(()) => joined_at + far_len,
+        let at = match collapse_range(&self.file, joined_at, FAR - joined_at) {
+            Ok(()) => joined_at,
             Err(e) => {
                 tracing::debug!("joining the far entry by copying it ({e})");
                 copy_within(&self.file, FAR, end, far_len).with_context(ctx)?;
                 self.file.set_len(end + far_len).with_context(ctx)?;
-                end + far_len
+                end
             }
         };
-        self.file.seek(SeekFrom::Start(new_end)).with_context(ctx)?;
-        self.crc_after_header.update(head);
-        self.crc_after_header.combine(&rest.crc);
-        self.len_after_header += head.len() as u64 + rest.len;
+        self.file.seek(SeekFrom::Start(at + far_len)).with_context(ctx)?;
+        let mut crc = Crc::new();
+        crc.update(head);
+        crc.combine(&rest.crc);
+        let len = head.len() as u64 + rest.len;
+        self.crc_after_header.combine(&crc);
+        self.len_after_header += len;
+        self.index.0[Indexed::Recording.slot()] =
+            Some(IndexEntry { at, compressed_len: far_len, len, crc: crc.finalize() });
         Ok(())
     }
 
@@ -453,6 +638,7 @@ impl Tarball {
         trailer.extend_from_slice(&((BLOCK as u64 + self.len_after_header) as u32).to_le_bytes());
         self.file.write_all(&trailer).with_context(ctx)?;
         self.file.write_all_at(first_header, self.first_header_at).with_context(ctx)?;
+        self.file.write_all_at(&self.index.to_bytes(), INDEX_AT).with_context(ctx)?;
         Ok(())
     }
 }
@@ -528,6 +714,133 @@ mod tests {
             let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(names, ["streamed.txt", "far.bin", "last.txt"], "in {}", base.display());
             assert!(found[0].1 == streamed && found[1].1 == content && found[2].1 == b"the end");
+
+            // The index finds the far entry wherever joining put it.
+            let mut content_file = tempfile::tempfile().unwrap();
+            content_file.write_all(&content).unwrap();
+            let header = tar_header(Path::new("far.bin"), content.len() as u64, 0, false).unwrap();
+            let archive = File::open(tmp.path().join("a.tar.gz")).unwrap();
+            let len = content.len() as u64;
+            let crc = || file_entry_crc(&header, &content_file, len).ok();
+            let reused = Segment::reused(archive, Indexed::Recording, file_entry_len(len), crc);
+            assert!(reused.is_some(), "the far entry was not found again in {}", base.display());
         }
+    }
+
+    /// Entries, as `tar` lists and reads them.
+    fn unpack(archive: &Path) -> Vec<(String, Vec<u8>)> {
+        let gz = File::open(archive).unwrap();
+        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(gz));
+        let mut found = Vec::new();
+        for entry in tar.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes).unwrap();
+            found.push((entry.path().unwrap().to_string_lossy().into_owned(), bytes));
+        }
+        found
+    }
+
+    /// An archive of a streamed entry, then `recording` as the recording's entry (compressed from `content`, or
+    /// `reused`), then a last entry.
+    fn archive_with_recording(dir: &Dir, name: &str, content: &File, len: u64, reused: Option<Segment>) {
+        let mut archive = Tarball::create(dir, name).unwrap();
+        let streamed = b"perf script text\n".repeat(1000);
+        let (compressed, crc) = deflate_segment(Codec::Miniz(flate2::Compression::fast()), [&streamed[..]]);
+        let mut content_crc = Crc::new();
+        content_crc.combine(&crc);
+        archive.end_streamed(&compressed, &content_crc, streamed.len() as u64).unwrap();
+        let recording = reused.unwrap_or_else(|| {
+            let spill = (tempfile::tempfile().unwrap(), Path::new("spill"));
+            let mut file = content.try_clone().unwrap();
+            file.seek(SeekFrom::Start(0)).unwrap();
+            Segment::of_file(Path::new("perf.data"), file, len, 7, |_, bytes, _| bytes.len(), spill).unwrap()
+        });
+        archive.append_indexed(Indexed::Recording, &[recording]).unwrap();
+        let naming = [Entry::Dir("symbols".into(), 0), Entry::File("symbols/perf-1.map".into(), b"1000 10 f\n", 0)];
+        let naming = Segment::of_entries(Codec::Probe, &naming, false).unwrap();
+        archive.append_indexed(Indexed::Naming, &[naming]).unwrap();
+        let last = Entry::File("metadata.txt".into(), b"samples: 1\n", 0);
+        archive
+            .append(&Segment::of_entries(Codec::Miniz(flate2::Compression::fast()), &[last], true).unwrap())
+            .unwrap();
+        archive.finish(&tar_header(Path::new("perf_script.out"), streamed.len() as u64, 0, false).unwrap()).unwrap();
+    }
+
+    /// A later archive takes the recording's entry of an earlier one only when it unpacks to the same bytes: same
+    /// content, length and tar header, an index that fits the file, an archive of this user.
+    #[test]
+    fn the_recording_entry_is_reused_only_when_it_is_the_same() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open(tmp.path()).unwrap();
+        let content: Vec<u8> = (0..1_500_000u32).map(|i| (i % 241) as u8 ^ (i / 5000) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&content).unwrap();
+        let len = content.len() as u64;
+        let reused = |archive: File, which: Indexed, content: &File, len: u64, mtime: u64| {
+            let header = tar_header(Path::new("perf.data"), len, mtime, false).unwrap();
+            Segment::reused(archive, which, file_entry_len(len), || file_entry_crc(&header, content, len).ok())
+        };
+        let earlier = || File::open(tmp.path().join("first.tar.gz")).unwrap();
+        archive_with_recording(&dir, "first.tar.gz", &file, len, None);
+        let index = ArchiveIndex::read(&earlier()).expect("the archive has an index");
+        let recording = index.get(Indexed::Recording).expect("the index says where the recording is");
+        assert!(index.get(Indexed::Naming).is_some());
+
+        let again = reused(earlier(), Indexed::Recording, &file, len, 7).expect("the same entry");
+        assert_eq!((again.len, again.compressed.size()), (recording.len, recording.compressed_len));
+        archive_with_recording(&dir, "second.tar.gz", &file, len, Some(again));
+        let entries = unpack(&tmp.path().join("second.tar.gz"));
+        let names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["perf_script.out", "perf.data", "symbols/", "symbols/perf-1.map", "metadata.txt"]);
+        assert!(entries[1].1 == content);
+        let second = ArchiveIndex::read(&File::open(tmp.path().join("second.tar.gz")).unwrap()).unwrap();
+        assert_eq!(second.get(Indexed::Recording), Some(recording));
+
+        // Another modification time, one byte changed, a shorter file: compressed again.
+        assert!(reused(earlier(), Indexed::Recording, &file, len, 8).is_none());
+        let mut changed = content.clone();
+        changed[len as usize / 2] ^= 1;
+        let mut changed_file = tempfile::tempfile().unwrap();
+        changed_file.write_all(&changed).unwrap();
+        assert!(reused(earlier(), Indexed::Recording, &changed_file, len, 7).is_none());
+        assert!(reused(earlier(), Indexed::Recording, &file, len - 1, 7).is_none());
+        // The naming segment's checksum is not the recording's.
+        assert!(reused(earlier(), Indexed::Naming, &file, len, 7).is_none());
+
+        // An index that points past the end, or an unknown version.
+        let bytes = std::fs::read(tmp.path().join("first.tar.gz")).unwrap();
+        for (at, value) in [(INDEX_AT as usize + 4 + 7, 0x7fu8), (INDEX_AT as usize + 4, 0), (INDEX_AT as usize, 2)] {
+            let mut bad = bytes.clone();
+            bad[at] = value;
+            std::fs::write(tmp.path().join("bad.tar.gz"), &bad).unwrap();
+            let bad = File::open(tmp.path().join("bad.tar.gz")).unwrap();
+            assert!(reused(bad, Indexed::Recording, &file, len, 7).is_none(), "byte {at} set to {value}");
+        }
+
+        // Somebody else's archive.
+        if nix::unistd::geteuid().is_root() {
+            std::os::unix::fs::chown(tmp.path().join("first.tar.gz"), Some(65534), None).unwrap();
+            assert!(reused(earlier(), Indexed::Recording, &file, len, 7).is_none());
+        }
+    }
+
+    /// The naming segment is found by the checksum of the entries it would be made of.
+    #[test]
+    fn the_naming_segment_is_reused_by_its_entries_checksum() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open(tmp.path()).unwrap();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(b"recording").unwrap();
+        archive_with_recording(&dir, "first.tar.gz", &file, 9, None);
+        let earlier = || File::open(tmp.path().join("first.tar.gz")).unwrap();
+        let same = [Entry::Dir("symbols".into(), 0), Entry::File("symbols/perf-1.map".into(), b"1000 10 f\n", 0)];
+        let other = [Entry::Dir("symbols".into(), 0), Entry::File("symbols/perf-1.map".into(), b"1000 10 g\n", 0)];
+        let reused = |entries: &[Entry]| {
+            let (len, crc) = entries_checksum(entries).unwrap();
+            Segment::reused(earlier(), Indexed::Naming, len, || Some(crc))
+        };
+        assert_eq!(reused(&same).unwrap().len, Segment::of_entries(Codec::Probe, &same, false).unwrap().len);
+        assert!(reused(&other).is_none());
     }
 }

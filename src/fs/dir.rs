@@ -215,11 +215,15 @@ impl Dir {
     /// at a time on threads of their own: freeing a file's blocks waits on the disk (on a file system mounted with
     /// `discard`, tens of milliseconds for a large output), and the waits overlap.
     pub fn remove_contents(&self) -> io::Result<()> {
-        let (mut folders, mut files) = (Vec::new(), Vec::new());
+        let (mut folders, mut files, mut bytes) = (Vec::new(), Vec::new(), 0u64);
         for name in self.list()? {
-            match self.kind(&name) == Some(Kind::Dir) {
+            let st = self.stat(&name).ok().flatten();
+            match st.is_some_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR) {
                 true => folders.push(name),
-                false => files.push(name),
+                false => {
+                    bytes += st.map_or(0, |st| st.st_size.max(0) as u64);
+                    files.push(name);
+                }
             }
         }
         for name in folders {
@@ -229,8 +233,11 @@ impl Dir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
             other => other,
         };
-        const AT_ONCE: usize = 4;
-        let share = files.len().div_ceil(AT_ONCE).max(1);
+        // Freeing a large file's pages takes the kernel milliseconds (a 100 MB perf_script.out): such files go
+        // on threads of their own. Starting a thread costs more than removing a few small files.
+        const WORTH_A_THREAD: u64 = 8 << 20;
+        let at_once = if bytes < WORTH_A_THREAD { 1 } else { 4 };
+        let share = files.len().div_ceil(at_once).max(1);
         std::thread::scope(|scope| {
             let mut batches = files.chunks(share);
             let here = batches.next().unwrap_or_default();

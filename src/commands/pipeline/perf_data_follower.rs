@@ -195,9 +195,9 @@ mod tests {
         for segment in segments {
             match &segment.compressed {
                 Compressed::Memory(bytes) => deflated.extend_from_slice(bytes),
-                Compressed::File(file, len) => {
+                Compressed::File { file, at, len } => {
                     let mut bytes = vec![0u8; *len as usize];
-                    file.read_exact_at(&mut bytes, 0).unwrap();
+                    file.read_exact_at(&mut bytes, *at).unwrap();
                     deflated.extend_from_slice(&bytes);
                 }
                 Compressed::Far(_) => unreachable!("followed into a scratch file"),
