@@ -257,6 +257,13 @@ impl Symbolizer {
         })
     }
 
+    /// What the recording's header says of the files and the kernel it was made with: their build-ids (which
+    /// find perf's saved kallsyms too) and the kernel release.
+    fn learn_recording(&mut self, reader: &PerfDataReader) {
+        self.add_build_ids(&reader.features().build_ids);
+        self.sources.recorded_release = reader.features().osrelease.clone();
+    }
+
     /// Build-ids the recorder stored (perf.data BUILD_ID feature): a live file whose build-id differs is not used.
     fn add_build_ids(&mut self, entries: &[BuildIdEntry]) {
         for e in entries {
@@ -319,6 +326,29 @@ impl Symbolizer {
         self.for_each_sample_paced(reader, None, f)
     }
 
+    /// Starts reading what naming `reader`'s first samples will wait for, each on a thread of its own: the kernel's
+    /// symbols, and the jitdumps the recording shows mapped before its first sample. Called as soon as the
+    /// recording is open, it overlaps them with setting up the stages around naming (which
+    /// [`for_each_sample`](Self::for_each_sample) would otherwise start them after).
+    pub fn prefetch(&mut self, reader: &PerfDataReader) {
+        self.learn_recording(reader);
+        if reader.events().iter().any(|e| !e.attr.excludes_kernel()) {
+            self.sources.prefetch_kernel();
+        }
+        // A recording still being written is not waited on here.
+        if reader.following_progress().is_some() {
+            return;
+        }
+        let _first_sample = reader.skim_records(|_, record| match record {
+            Skimmed::Sample { .. } => Err(anyhow::anyhow!("the first sample")),
+            Skimmed::Record(Record::Mmap(m)) if super::address_space::is_jitdump_path(&m.filename) => {
+                self.sources.prefetch_jitdump(m.pid, &m.filename);
+                Ok(())
+            }
+            Skimmed::Record(_) => Ok(()),
+        });
+    }
+
     /// [`for_each_sample`](Self::for_each_sample) of an on-CPU recording still being written (a reader
     /// [`following`](PerfDataReader::following) it): `pace` says how far naming may go.
     pub(crate) fn for_each_sample_paced(
@@ -327,8 +357,7 @@ impl Symbolizer {
         mut pace: Option<&mut dyn Pace>,
         mut f: impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<SymbolizeStats> {
-        self.add_build_ids(&reader.features().build_ids);
-        self.sources.recorded_release = reader.features().osrelease.clone();
+        self.learn_recording(reader);
         if reader.events().iter().any(|e| !e.attr.excludes_kernel()) {
             self.sources.prefetch_kernel();
         }

@@ -195,7 +195,10 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         }
         Recording::Following { reader, end } => (*reader, Input::Following(end)),
     };
-    let namer = Namer::new(req.names)?;
+    let mut namer = Namer::new(req.names)?;
+    if let Namer::Symbolizer(symbolizer) = &mut namer {
+        symbolizer.prefetch(&reader);
+    }
     // What the recording measured decides how samples weigh, whatever the caller asked for: off-CPU and wall-clock
     // recordings are weighted in time.
     let measure = Measure::of(&reader);
@@ -228,7 +231,8 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let (to_compressor, written) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
     let (recycle, recycled) = mpsc::channel::<Chunk>();
 
-    let (streamed, (stats, symbolizer), mut archive, script_len, (perf_data_part, naming_segment), ended) =
+    let title = req.title;
+    let (profile, (stats, symbolizer), mut archive, script_len, (perf_data_part, naming_segment), small) =
         std::thread::scope(|scope| -> Result<_> {
             // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
             // from the other stages. Each on its own thread: with stack copies, perf.data alone can take as long as
@@ -321,6 +325,25 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             drop(to_report);
             tracing::debug!("named the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
             let streamed = report.join().map_err(|_| anyhow!("the report stage panicked"))?;
+            // The profile is complete: its small outputs are made while perf_script.out is still written and
+            // compressed (when naming failed, or the report stage because the writer did, their errors come first).
+            let small = match (&streamed, &stats) {
+                (Ok(profile), Ok(stats)) => {
+                    let ended = match &input {
+                        Input::Following(end) => {
+                            Some(end.recv().map_err(|_| anyhow!("the recording ended without its facts"))?)
+                        }
+                        Input::Complete { .. } => None,
+                    };
+                    let meta = match (&input, ended) {
+                        (_, Some(ended)) => ended.metadata,
+                        (Input::Complete { metadata: MetadataSource::Given(meta), .. }, None) => (**meta).clone(),
+                        (_, None) => metadata_from_recording(&reader, &profile.facts, stats),
+                    };
+                    Some(small_outputs(profile, meta, &reader, measure, stats, report_opts, title))
+                }
+                _ => None,
+            };
             // A failed writer or compressor (disk full) is the cause of any failure the stream then reports; a
             // failed compressor stops the writer too.
             let written = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))?;
@@ -328,12 +351,6 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             let (archive, script_len) = compressed?;
             written?;
             let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
-            let ended = match &input {
-                Input::Following(end) => {
-                    Some(end.recv().map_err(|_| anyhow!("the recording ended without its facts"))?)
-                }
-                Input::Complete { .. } => None,
-            };
             let perf_data_part = match perf_data_entry {
                 PerfDataEntry::Ready(segments) => PerfDataPart::Segments(segments),
                 PerfDataEntry::Compressing(thread) => PerfDataPart::Segments(vec![thread
@@ -347,70 +364,11 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                 Some(thread) => thread.join().map_err(|_| anyhow!("compressing the naming files panicked"))??,
                 None => compress_naming()?,
             };
-            Ok((streamed?, (stats, symbolizer), archive, script_len, (perf_data_part, naming), ended))
+            let profile = streamed?;
+            let small = small.expect("made once naming and the report stage succeeded")?;
+            Ok((profile, (stats, symbolizer), archive, script_len, (perf_data_part, naming), small))
         })?;
-    let Profile { folded, threads, facts, shown } = streamed;
-    let view = &report_opts.view;
-    if shown == 0 && facts.samples > 0 && (view.pid.is_some() || view.tid.is_some()) {
-        bail!("{}", nothing_selected(view, &facts));
-    }
-
-    let mut meta = match (input, ended) {
-        (_, Some(ended)) => ended.metadata,
-        (Input::Complete { metadata: MetadataSource::Given(meta), .. }, None) => *meta,
-        (_, None) => metadata_from_recording(&reader, &facts, &stats),
-    };
-    if meta.event.is_empty() {
-        meta.event = reader.events().iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(",");
-    }
-    meta.mode = measure.name().to_string();
-    if measure != Measure::OnCpu && meta.switch_outs.is_none() {
-        meta.switch_outs = Some(stats.switch_outs);
-    }
-    let mut flame = FlameOptions::for_profile(&meta, report_opts.weight);
-    if let Some(title) = req.title {
-        flame.title = title;
-    }
-
-    // The small outputs, kept in memory for the archive too: the folded stacks written and compressed on a thread
-    // of their own while the flame graphs are drawn (with many distinct stacks, both take tens of ms).
-    let now = tarball::now();
-    let mut notes = Vec::new();
-    let write_folded = || -> Result<(Vec<OutputFile>, Segment)> {
-        let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded_text(&folded)?)];
-        for (tid, _, thread) in &threads {
-            files.push((report::thread_folded_file(*tid).into(), folded_text(thread)?));
-        }
-        let entries: Vec<tarball::Entry> =
-            files.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
-        let segment = Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, false)?;
-        Ok((files, segment))
-    };
-    let draw = || -> Result<Vec<OutputFile>> {
-        let started = Instant::now();
-        let mut graphs = Vec::new();
-        if folded.total() > 0 {
-            graphs.push((report::FLAMEGRAPH_FILE.into(), svg(&folded, &flame)?));
-        }
-        for (tid, comm, thread) in &threads {
-            if thread.total() > 0 {
-                graphs.push((report::thread_flamegraph_file(*tid).into(), svg(thread, &flame.for_thread(*tid, comm))?));
-            }
-        }
-        tracing::debug!("flame graphs drawn in {:.1?}", started.elapsed());
-        Ok(graphs)
-    };
-    let ((folded_files, folded_segment), graphs) = std::thread::scope(|scope| -> Result<_> {
-        let folded = spawn_named(scope, "folded", write_folded)?;
-        let graphs = draw()?;
-        Ok((folded.join().map_err(|_| anyhow!("writing the folded stacks panicked"))??, graphs))
-    })?;
-    if folded.total() == 0 {
-        let why = if folded.is_empty() { "no samples with a stack" } else { "every sample has period 0" };
-        notes.push(format!("{why}: flamegraph.svg was not written"));
-    }
-    let mut rest = graphs;
-    rest.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
+    let SmallOutputs { folded_files, folded_segment, rest, notes, now } = small;
     for (name, bytes) in folded_files.iter().chain(&rest) {
         staging.dir().write_file(name, bytes)?;
     }
@@ -446,15 +404,96 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     tracing::debug!("outputs in place after {:.1?} ({})", begun.elapsed(), thread_cpu());
     let summary = OutputSummary {
         files,
-        top: top::from_folded(&folded, 5),
-        folded_samples: folded.samples(),
+        top: top::from_folded(&profile.folded, 5),
+        folded_samples: profile.folded.samples(),
         notes,
         symbolize: stats,
-        samples_shown: shown,
+        samples_shown: profile.shown,
         archive: dir.shown(report::ARCHIVE_FILE),
     };
-    free_in_background((symbolizer, reader, folded, threads));
+    free_in_background((symbolizer, reader, profile));
+    drop(staging);
     Ok(summary)
+}
+
+/// The outputs made from the finished profile: the folded stacks (written and compressed for the archive), the
+/// flame graph(s) and metadata.txt, kept in memory for the archive too.
+struct SmallOutputs {
+    folded_files: Vec<OutputFile>,
+    folded_segment: Segment,
+    /// The graphs, then metadata.txt.
+    rest: Vec<OutputFile>,
+    /// Things the user should know.
+    notes: Vec<String>,
+    /// The archive entries' modification time.
+    now: u64,
+}
+
+/// Makes the [`SmallOutputs`] of `profile`, with `meta` completed from the recording: the folded stacks on a thread
+/// of their own while the flame graphs are drawn (with many distinct stacks, both take tens of ms).
+fn small_outputs(
+    profile: &Profile,
+    mut meta: Metadata,
+    reader: &PerfDataReader,
+    measure: Measure,
+    stats: &SymbolizeStats,
+    report_opts: &ReportOptions,
+    title: Option<String>,
+) -> Result<SmallOutputs> {
+    let Profile { folded, threads, facts, shown } = profile;
+    let view = &report_opts.view;
+    if *shown == 0 && facts.samples > 0 && (view.pid.is_some() || view.tid.is_some()) {
+        bail!("{}", nothing_selected(view, facts));
+    }
+    if meta.event.is_empty() {
+        meta.event = reader.events().iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(",");
+    }
+    meta.mode = measure.name().to_string();
+    if measure != Measure::OnCpu && meta.switch_outs.is_none() {
+        meta.switch_outs = Some(stats.switch_outs);
+    }
+    let mut flame = FlameOptions::for_profile(&meta, report_opts.weight);
+    if let Some(title) = title {
+        flame.title = title;
+    }
+    let now = tarball::now();
+    let write_folded = || -> Result<(Vec<OutputFile>, Segment)> {
+        let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded_text(folded)?)];
+        for (tid, _, thread) in threads {
+            files.push((report::thread_folded_file(*tid).into(), folded_text(thread)?));
+        }
+        let entries: Vec<tarball::Entry> =
+            files.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
+        let segment = Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, false)?;
+        Ok((files, segment))
+    };
+    let draw = || -> Result<Vec<OutputFile>> {
+        let started = Instant::now();
+        let mut graphs = Vec::new();
+        if folded.total() > 0 {
+            graphs.push((report::FLAMEGRAPH_FILE.into(), svg(folded, &flame)?));
+        }
+        for (tid, comm, thread) in threads {
+            if thread.total() > 0 {
+                graphs.push((report::thread_flamegraph_file(*tid).into(), svg(thread, &flame.for_thread(*tid, comm))?));
+            }
+        }
+        tracing::debug!("flame graphs drawn in {:.1?}", started.elapsed());
+        Ok(graphs)
+    };
+    let ((folded_files, folded_segment), graphs) = std::thread::scope(|scope| -> Result<_> {
+        let folded = spawn_named(scope, "folded", write_folded)?;
+        let graphs = draw()?;
+        Ok((folded.join().map_err(|_| anyhow!("writing the folded stacks panicked"))??, graphs))
+    })?;
+    let mut notes = Vec::new();
+    if folded.total() == 0 {
+        let why = if folded.is_empty() { "no samples with a stack" } else { "every sample has period 0" };
+        notes.push(format!("{why}: flamegraph.svg was not written"));
+    }
+    let mut rest = graphs;
+    rest.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
+    Ok(SmallOutputs { folded_files, folded_segment, rest, notes, now })
 }
 
 /// Frees what a run built (symbol tables, the recording's mapping, the stacks) on a thread of its own, so that the
