@@ -701,16 +701,9 @@ mod tests {
             archive.append(&last).unwrap();
             archive.finish(&tar_header(Path::new("streamed.txt"), streamed.len() as u64, 0, false).unwrap()).unwrap();
 
-            let gz = std::fs::File::open(tmp.path().join("a.tar.gz")).unwrap();
-            assert!(gz.metadata().unwrap().len() < 1 << 20, "the gap stayed in {}", base.display());
-            let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(gz));
-            let mut found = Vec::new();
-            for entry in tar.entries().unwrap() {
-                let mut entry = entry.unwrap();
-                let mut bytes = Vec::new();
-                entry.read_to_end(&mut bytes).unwrap();
-                found.push((entry.path().unwrap().to_string_lossy().into_owned(), bytes));
-            }
+            let len = std::fs::metadata(tmp.path().join("a.tar.gz")).unwrap().len();
+            assert!(len < 1 << 20, "the gap stayed in {}", base.display());
+            let found = unpack(&tmp.path().join("a.tar.gz"));
             let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
             assert_eq!(names, ["streamed.txt", "far.bin", "last.txt"], "in {}", base.display());
             assert!(found[0].1 == streamed && found[1].1 == content && found[2].1 == b"the end");
