@@ -71,7 +71,7 @@ pub struct IndexEntry {
 /// The index in an archive's gzip header: version byte, three zeros, then per [`Indexed`] slot the little-endian
 /// `at`, `compressed_len` and `len` (u64), `crc` (u32) and four zeros; a slot of zeros is empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ArchiveIndex([Option<IndexEntry>; 2]);
+pub struct ArchiveIndex([Option<IndexEntry>; Indexed::ALL.len()]);
 
 impl ArchiveIndex {
     pub fn get(&self, which: Indexed) -> Option<IndexEntry> {
@@ -102,7 +102,7 @@ impl ArchiveIndex {
         }
         let file_len = archive.metadata().ok()?.len();
         let index = &head[INDEX_AT as usize..];
-        let mut entries = [None; 2];
+        let mut entries = [None; Indexed::ALL.len()];
         for (slot, entry) in entries.iter_mut().enumerate() {
             let at = 4 + slot * SLOT_LEN;
             let word = |i: usize| u64::from_le_bytes(index[at + i..at + i + 8].try_into().unwrap());
@@ -387,11 +387,11 @@ pub fn file_entry_len(len: u64) -> u64 {
     BLOCK as u64 + len + padding(len).len() as u64
 }
 
-/// The CRC-32 of a file's tar entry: `header`, the first `len` bytes of `content` (read in pieces, so the file is
-/// never held in memory), then the padding.
-pub fn file_entry_crc(header: &[u8; BLOCK], content: &File, len: u64) -> std::io::Result<u32> {
+/// The CRC-32 of the tar entry [`Segment::of_file`] makes of the same arguments: its header, the first `len` bytes
+/// of `content` (read in pieces, so the file is never held in memory), then the padding.
+pub fn file_entry_crc(name: &Path, content: &File, len: u64, mtime: u64) -> Result<u32> {
     let mut crc = Crc::new();
-    crc.update(header);
+    crc.update(&tar_header(name, len, mtime, false)?);
     let mut buf = vec![0u8; (1 << 20).min(len as usize)];
     let mut at = 0;
     while at < len {
@@ -711,10 +711,9 @@ mod tests {
             // The index finds the far entry wherever joining put it.
             let mut content_file = tempfile::tempfile().unwrap();
             content_file.write_all(&content).unwrap();
-            let header = tar_header(Path::new("far.bin"), content.len() as u64, 0, false).unwrap();
             let archive = File::open(tmp.path().join("a.tar.gz")).unwrap();
             let len = content.len() as u64;
-            let crc = || file_entry_crc(&header, &content_file, len).ok();
+            let crc = || file_entry_crc(Path::new("far.bin"), &content_file, len, 0).ok();
             let reused = Segment::reused(archive, Indexed::Recording, file_entry_len(len), crc);
             assert!(reused.is_some(), "the far entry was not found again in {}", base.display());
         }
@@ -771,8 +770,8 @@ mod tests {
         file.write_all(&content).unwrap();
         let len = content.len() as u64;
         let reused = |archive: File, which: Indexed, content: &File, len: u64, mtime: u64| {
-            let header = tar_header(Path::new("perf.data"), len, mtime, false).unwrap();
-            Segment::reused(archive, which, file_entry_len(len), || file_entry_crc(&header, content, len).ok())
+            let crc = || file_entry_crc(Path::new("perf.data"), content, len, mtime).ok();
+            Segment::reused(archive, which, file_entry_len(len), crc)
         };
         let earlier = || File::open(tmp.path().join("first.tar.gz")).unwrap();
         archive_with_recording(&dir, "first.tar.gz", &file, len, None);

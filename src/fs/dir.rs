@@ -40,6 +40,17 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    fn of(st: &FileStat) -> Kind {
+        match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
+            SFlag::S_IFREG => Kind::File,
+            SFlag::S_IFDIR => Kind::Dir,
+            SFlag::S_IFLNK => Kind::Symlink,
+            _ => Kind::Other,
+        }
+    }
+}
+
 impl Dir {
     /// Opens the directory at `path` (a path the user gave: symlinks in it are followed, as the user meant them).
     pub fn open(path: &Path) -> io::Result<Dir> {
@@ -166,13 +177,7 @@ impl Dir {
 
     /// What `name` is (not following a symlink), `None` when nothing is there.
     pub fn kind(&self, name: impl AsRef<Path>) -> Option<Kind> {
-        let st = self.stat(name).ok()??;
-        Some(match SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT {
-            SFlag::S_IFREG => Kind::File,
-            SFlag::S_IFDIR => Kind::Dir,
-            SFlag::S_IFLNK => Kind::Symlink,
-            _ => Kind::Other,
-        })
+        self.stat(name).ok()?.map(|st| Kind::of(&st))
     }
 
     /// Renames `from` in this folder to `to` in folder `dest` (replacing a file or symlink there, never following
@@ -218,7 +223,7 @@ impl Dir {
         let (mut folders, mut files, mut bytes) = (Vec::new(), Vec::new(), 0u64);
         for name in self.list()? {
             let st = self.stat(&name).ok().flatten();
-            match st.is_some_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR) {
+            match st.is_some_and(|st| Kind::of(&st) == Kind::Dir) {
                 true => folders.push(name),
                 false => {
                     bytes += st.map_or(0, |st| st.st_size.max(0) as u64);
@@ -313,9 +318,7 @@ impl SetAside {
         let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
         let Ok(opened) = openat(self.dir.fd(), self.name.as_str(), flags, Mode::empty()) else { return Err(self) };
         let ours = fstat(&opened).is_ok_and(|st| {
-            SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG
-                && st.st_nlink == 1
-                && st.st_uid == nix::unistd::geteuid().as_raw()
+            Kind::of(&st) == Kind::File && st.st_nlink == 1 && st.st_uid == nix::unistd::geteuid().as_raw()
         });
         let dir = self.dir.fd();
         if !ours || renameat2(dir, self.name.as_str(), dir, staged, RenameFlags::RENAME_EXCHANGE).is_err() {

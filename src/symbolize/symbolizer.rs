@@ -328,8 +328,8 @@ impl Symbolizer {
 
     /// Starts reading what naming `reader`'s first samples will wait for, each on a thread of its own: the kernel's
     /// symbols, and the jitdumps the recording shows mapped before its first sample. Called as soon as the
-    /// recording is open, it overlaps them with setting up the stages around naming (which
-    /// [`for_each_sample`](Self::for_each_sample) would otherwise start them after).
+    /// recording is open, it overlaps them with setting up the stages around naming;
+    /// [`for_each_sample`](Self::for_each_sample) calls it too, for callers that did not (each source starts once).
     pub fn prefetch(&mut self, reader: &PerfDataReader) {
         self.learn_recording(reader);
         if reader.events().iter().any(|e| !e.attr.excludes_kernel()) {
@@ -357,10 +357,7 @@ impl Symbolizer {
         mut pace: Option<&mut dyn Pace>,
         mut f: impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<SymbolizeStats> {
-        self.learn_recording(reader);
-        if reader.events().iter().any(|e| !e.attr.excludes_kernel()) {
-            self.sources.prefetch_kernel();
-        }
+        self.prefetch(reader);
         for w in reader.warnings() {
             self.warn(format!("perf.data: {w}"));
         }

@@ -412,7 +412,6 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         archive: dir.shown(report::ARCHIVE_FILE),
     };
     free_in_background((symbolizer, reader, profile));
-    drop(staging);
     Ok(summary)
 }
 
@@ -549,11 +548,11 @@ fn compress_perf_data(
     let started = Instant::now();
     yield_to_naming();
     let meta = file.metadata().with_context(|| format!("cannot read {}", shown.display()))?;
-    let header = tarball::tar_header(Path::new(PERF_DATA_FILE), meta.len(), tarball::mtime_of(&meta), false)?;
+    let (name, len, mtime) = (Path::new(PERF_DATA_FILE), meta.len(), tarball::mtime_of(&meta));
     // Regenerating the outputs of a folder: its archive may hold this very perf.data already.
-    let crc = || tarball::file_entry_crc(&header, &file, meta.len()).ok();
+    let crc = || tarball::file_entry_crc(name, &file, len, mtime).ok();
     let reused = earlier_archive(dir)
-        .and_then(|archive| Segment::reused(archive, Indexed::Recording, tarball::file_entry_len(meta.len()), crc));
+        .and_then(|archive| Segment::reused(archive, Indexed::Recording, tarball::file_entry_len(len), crc));
     if let Some(segment) = reused {
         tracing::debug!(
             "perf.data's entry taken from the earlier {} in {:.1?}",
@@ -569,14 +568,8 @@ fn compress_perf_data(
         .dir()
         .scratch_file(spill_name)
         .with_context(|| format!("cannot create a scratch file in {}", staging.dir().path().display()))?;
-    let segment = Segment::of_file(
-        Path::new(PERF_DATA_FILE),
-        file,
-        meta.len(),
-        tarball::mtime_of(&meta),
-        |at, bytes, out| echoes.scan(at, bytes, out),
-        (spill, &spill_path),
-    )?;
+    let segment =
+        Segment::of_file(name, file, len, mtime, |at, bytes, out| echoes.scan(at, bytes, out), (spill, &spill_path))?;
     tracing::debug!(
         "perf.data compressed to {:.2} MB in {:.1?} ({})",
         segment.compressed.size() as f64 / 1e6,
