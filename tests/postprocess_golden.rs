@@ -10,7 +10,9 @@
 
 mod support;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
 use support::golden::*;
 use support::inferno;
 use support::profcpu::*;
@@ -134,6 +136,26 @@ fn a_second_run_gives_the_same_outputs() {
         .filter(|n| n.starts_with('.'))
         .collect();
     assert!(leftovers.is_empty(), "staging left behind: {leftovers:?}");
+
+    // Once perf.data's last change is old enough to be told from a later one by its times, its stamp in the index
+    // says it is unchanged without reading it; a file whose times changed is read again.
+    let perf_data = dir.join("perf.data");
+    let meta = std::fs::metadata(&perf_data).unwrap();
+    let (modified, status_changed) = (meta.modified().unwrap(), UNIX_EPOCH + Duration::from_secs(meta.ctime() as u64));
+    std::thread::sleep(Duration::from_millis(3100).saturating_sub(status_changed.elapsed().unwrap_or_default()));
+    let stamped = postprocess_ok(&dir, &["-vv"]);
+    let by_crc = "perf.data's entry taken from the earlier prof.tar.gz (the same by its CRC)";
+    assert!(stamped.stderr.contains(by_crc), "no stamp taken of an old perf.data:\n{}", stamped.stderr);
+    let by_stamp = postprocess_ok(&dir, &["-vv"]);
+    let unread = "perf.data's entry taken from the earlier prof.tar.gz (the same by its stamp)";
+    assert!(by_stamp.stderr.contains(unread), "the stamp was not believed:\n{}", by_stamp.stderr);
+    assert_eq!(first_archive, tree_of_archive(&scratch, &dir, "stamped"));
+    // The same modification time in seconds (the tar header's), the status-change time now: read again.
+    let file = std::fs::File::options().write(true).open(&perf_data).unwrap();
+    file.set_modified(modified).unwrap();
+    let touched = postprocess_ok(&dir, &["-vv"]);
+    assert!(touched.stderr.contains(by_crc), "a touched perf.data was not read again:\n{}", touched.stderr);
+    assert_eq!(first_archive, tree_of_archive(&scratch, &dir, "touched"));
 }
 
 /// A run writes over the perf_script.out of the run before (its cached pages cost less than new ones) only when

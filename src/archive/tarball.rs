@@ -9,7 +9,9 @@
 //!
 //! The gzip header's extra field (RFC 1952 FEXTRA, ignored by every gzip reader) says where perf.data's entry and
 //! the naming files' segment lie in the file and what they unpack to ([`ArchiveIndex`]): a later run that archives
-//! the same bytes copies their compressed bytes ([`Segment::reused`]) instead of compressing them again.
+//! the same bytes copies their compressed bytes ([`Segment::reused`]) instead of compressing them again. For
+//! perf.data it also keeps the file's [`FileStamp`], so that a later run knows the file unchanged without reading
+//! hundreds of MB to compute their CRC again.
 
 use super::deflate::{deflate_segment, stored_block, Codec, EchoDeflater, FINAL_BLOCK};
 use crate::fs::Dir;
@@ -32,11 +34,12 @@ const GZIP_HEADER: [u8; 12] = [0x1f, 0x8b, 8, 4, 0, 0, 0, 0, 0, 3, INDEX_FIELD_L
 /// finished).
 const INDEX_ID: [u8; 2] = *b"PF";
 const INDEX_LEN: usize = 4 + Indexed::ALL.len() * SLOT_LEN;
-const SLOT_LEN: usize = 32;
+const SLOT_LEN: usize = 72;
 const INDEX_FIELD_LEN: usize = 4 + INDEX_LEN;
+const _: () = assert!(INDEX_FIELD_LEN <= u8::MAX as usize, "XLEN's high byte is written as zero");
 /// Where the index lies in the file.
 const INDEX_AT: u64 = (GZIP_HEADER.len() + 4) as u64;
-const INDEX_VERSION: u8 = 1;
+const INDEX_VERSION: u8 = 2;
 
 /// The last bytes of every segment: an empty stored block after a sync flush.
 const SEGMENT_END: [u8; 4] = [0, 0, 0xff, 0xff];
@@ -59,17 +62,64 @@ impl Indexed {
 }
 
 /// Where an indexed part of an archive lies: `compressed_len` bytes of independent deflate blocks at offset `at`,
-/// unpacking to `len` bytes of CRC-32 `crc`.
+/// unpacking to `len` bytes of CRC-32 `crc`; and, for a part made of one file, that file's stamp when it was read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IndexEntry {
     pub at: u64,
     pub compressed_len: u64,
     pub len: u64,
     pub crc: u32,
+    pub stamp: Option<FileStamp>,
+}
+
+/// What tells that a file's bytes are the ones read before, without reading them: its file system and inode (the same
+/// file, not another put in its place), its length, and its modification and status-change times in nanoseconds.
+/// A write, a truncation or `touch` sets the status-change time to the clock's time, and nobody but the kernel can set
+/// it otherwise; so a file whose stamp is unchanged was not changed — provided its last change was before the stamp
+/// was taken by more than a tick of the file system's clock ([`FileStamp::settled`]), and the clock was not set
+/// back past it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileStamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime_ns: i64,
+    ctime_ns: i64,
+}
+
+impl FileStamp {
+    /// How long before `now` a file's last change must be for its stamp to be believed. File system clocks tick
+    /// coarsely (a jiffy on Linux's local file systems, up to a second or two elsewhere): a file changed again in
+    /// the tick of its last change would keep its times.
+    const SETTLED_NS: i64 = 2_000_000_000;
+
+    /// The stamp of the file `meta` describes, taken at `now`; `None` if its last change is too recent to tell a
+    /// later change by its times.
+    pub fn settled(meta: &std::fs::Metadata, now: SystemTime) -> Option<FileStamp> {
+        let now_ns = i64::try_from(now.duration_since(SystemTime::UNIX_EPOCH).ok()?.as_nanos()).ok()?;
+        let ns = |secs: i64, nsecs: i64| secs.checked_mul(1_000_000_000)?.checked_add(nsecs);
+        let stamp = FileStamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime_ns: ns(meta.mtime(), meta.mtime_nsec())?,
+            ctime_ns: ns(meta.ctime(), meta.ctime_nsec())?,
+        };
+        let settled = stamp.ctime_ns.max(stamp.mtime_ns).checked_add(Self::SETTLED_NS)? <= now_ns;
+        (settled && stamp != FileStamp::EMPTY).then_some(stamp)
+    }
+
+    /// A slot's bytes for no stamp.
+    const EMPTY: FileStamp = FileStamp { dev: 0, ino: 0, len: 0, mtime_ns: 0, ctime_ns: 0 };
+
+    fn words(self) -> [u64; 5] {
+        [self.dev, self.ino, self.len, self.mtime_ns as u64, self.ctime_ns as u64]
+    }
 }
 
 /// The index in an archive's gzip header: version byte, three zeros, then per [`Indexed`] slot the little-endian
-/// `at`, `compressed_len` and `len` (u64), `crc` (u32) and four zeros; a slot of zeros is empty.
+/// `at`, `compressed_len` and `len` (u64), `crc` (u32), four zeros, then the [`FileStamp`]'s device, inode, length,
+/// modification and status-change times (u64, zeros for none); a slot of zeros is empty.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct ArchiveIndex([Option<IndexEntry>; Indexed::ALL.len()]);
 
@@ -88,6 +138,10 @@ impl ArchiveIndex {
             b[at + 8..at + 16].copy_from_slice(&e.compressed_len.to_le_bytes());
             b[at + 16..at + 24].copy_from_slice(&e.len.to_le_bytes());
             b[at + 24..at + 28].copy_from_slice(&e.crc.to_le_bytes());
+            let stamp = e.stamp.unwrap_or(FileStamp::EMPTY).words();
+            for (i, word) in stamp.iter().enumerate() {
+                b[at + 32 + 8 * i..at + 40 + 8 * i].copy_from_slice(&word.to_le_bytes());
+            }
         }
         b
     }
@@ -106,11 +160,19 @@ impl ArchiveIndex {
         for (slot, entry) in entries.iter_mut().enumerate() {
             let at = 4 + slot * SLOT_LEN;
             let word = |i: usize| u64::from_le_bytes(index[at + i..at + i + 8].try_into().unwrap());
+            let stamp = FileStamp {
+                dev: word(32),
+                ino: word(40),
+                len: word(48),
+                mtime_ns: word(56) as i64,
+                ctime_ns: word(64) as i64,
+            };
             let e = IndexEntry {
                 at: word(0),
                 compressed_len: word(8),
                 len: word(16),
                 crc: u32::from_le_bytes(index[at + 24..at + 28].try_into().unwrap()),
+                stamp: (stamp != FileStamp::EMPTY).then_some(stamp),
             };
             let inside =
                 e.at >= head.len() as u64 && e.at.checked_add(e.compressed_len).is_some_and(|end| end <= file_len);
@@ -261,6 +323,8 @@ pub struct Segment {
     pub crc: Crc,
     /// Bytes it decompresses to.
     pub len: u64,
+    /// The stamp of the file it was made of, if that file's bytes are all it holds (see [`FileStamp`]).
+    pub stamp: Option<FileStamp>,
 }
 
 /// Where a segment's compressed bytes are.
@@ -316,10 +380,22 @@ impl Segment {
         w.finish()
     }
 
+    /// Made of the file whose stamp (taken before it was read) is `stamp`.
+    pub fn stamped(self, stamp: Option<FileStamp>) -> Segment {
+        Segment { stamp, ..self }
+    }
+
     /// The `which` part of an earlier `archive`, if it unpacks to what this run would archive there: `len` bytes
-    /// whose CRC-32 `crc` computes (asked only when the rest fits: see [`file_entry_crc`] and [`entries_checksum`]).
-    /// Only an archive of this user is believed: its compressed bytes are copied as they are.
-    pub fn reused(archive: File, which: Indexed, len: u64, crc: impl FnOnce() -> Option<u32>) -> Option<Segment> {
+    /// whose CRC-32 `crc` computes (asked only when the rest fits: see [`file_entry_crc`] and [`entries_checksum`]),
+    /// or — not asked — the bytes of the file whose `stamp` the index keeps for that part. Only an archive of this
+    /// user is believed: its compressed bytes are copied as they are.
+    pub fn reused(
+        archive: File,
+        which: Indexed,
+        len: u64,
+        stamp: Option<FileStamp>,
+        crc: impl FnOnce() -> Option<u32>,
+    ) -> Option<Segment> {
         use std::os::unix::fs::MetadataExt;
         // SAFETY: geteuid only reads this process's credentials.
         if archive.metadata().ok()?.uid() != unsafe { libc::geteuid() } {
@@ -328,18 +404,22 @@ impl Segment {
         let index = ArchiveIndex::read(&archive)?.get(which)?;
         let mut end = [0u8; SEGMENT_END.len()];
         archive.read_exact_at(&mut end, index.at + index.compressed_len - SEGMENT_END.len() as u64).ok()?;
-        if index.len != len || end != SEGMENT_END || crc()? != index.crc {
+        if index.len != len || end != SEGMENT_END {
+            return None;
+        }
+        let unchanged = stamp.is_some() && index.stamp == stamp;
+        if !unchanged && crc()? != index.crc {
             return None;
         }
         let compressed = Compressed::File { file: archive, at: index.at, len: index.compressed_len };
-        Some(Segment { compressed, crc: Crc::new_with_initial_len(index.crc, len), len })
+        Some(Segment { compressed, crc: Crc::new_with_initial_len(index.crc, len), len, stamp })
     }
 
     /// A segment of `parts`, one after the other (pieces of entries: the caller makes them whole).
     pub fn of_bytes(codec: Codec, parts: &[&[u8]]) -> Segment {
         let len = parts.iter().map(|p| p.len() as u64).sum();
         let (compressed, crc) = deflate_segment(codec, parts.iter().copied());
-        Segment { compressed: Compressed::Memory(compressed), crc, len }
+        Segment { compressed: Compressed::Memory(compressed), crc, len, stamp: None }
     }
 
     /// A segment of whole entries (header, content, padding each), ending the archive if `last`.
@@ -349,7 +429,7 @@ impl Segment {
         let parts = entry_parts(entries, &headers).chain([end]);
         let len = parts.clone().map(|p| p.len() as u64).sum();
         let (compressed, crc) = deflate_segment(codec, parts);
-        Ok(Segment { compressed: Compressed::Memory(compressed), crc, len })
+        Ok(Segment { compressed: Compressed::Memory(compressed), crc, len, stamp: None })
     }
 }
 
@@ -489,7 +569,7 @@ impl SegmentWriter {
             true => Compressed::Far(self.compressed_len),
             false => Compressed::File { file: self.spill, at: 0, len: self.compressed_len },
         };
-        Ok(Segment { compressed, crc, len })
+        Ok(Segment { compressed, crc, len, stamp: None })
     }
 }
 
@@ -575,7 +655,11 @@ impl Tarball {
             crc.combine(&segment.crc);
         }
         let compressed_len = segments.iter().map(|s| s.compressed.size()).sum();
-        let entry = IndexEntry { at, compressed_len, len: crc.total_len(), crc: crc.finalize() };
+        let stamp = match segments {
+            [one] => one.stamp,
+            _ => None,
+        };
+        let entry = IndexEntry { at, compressed_len, len: crc.total_len(), crc: crc.finalize(), stamp };
         self.index.0[which.slot()] = Some(entry);
         Ok(())
     }
@@ -622,7 +706,7 @@ impl Tarball {
         self.crc_after_header.combine(&crc);
         self.len_after_header += len;
         self.index.0[Indexed::Recording.slot()] =
-            Some(IndexEntry { at, compressed_len: far_len, len, crc: crc.finalize() });
+            Some(IndexEntry { at, compressed_len: far_len, len, crc: crc.finalize(), stamp: None });
         Ok(())
     }
 
@@ -647,6 +731,7 @@ impl Tarball {
 mod tests {
     use super::*;
     use std::io::Read;
+    use std::time::Duration;
 
     /// Every length the padding may take decodes to nothing between two segments.
     #[test]
@@ -714,7 +799,7 @@ mod tests {
             let archive = File::open(tmp.path().join("a.tar.gz")).unwrap();
             let len = content.len() as u64;
             let crc = || file_entry_crc(Path::new("far.bin"), &content_file, len, 0).ok();
-            let reused = Segment::reused(archive, Indexed::Recording, file_entry_len(len), crc);
+            let reused = Segment::reused(archive, Indexed::Recording, file_entry_len(len), None, crc);
             assert!(reused.is_some(), "the far entry was not found again in {}", base.display());
         }
     }
@@ -736,6 +821,18 @@ mod tests {
     /// An archive of a streamed entry, then `recording` as the recording's entry (compressed from `content`, or
     /// `reused`), then a last entry.
     fn archive_with_recording(dir: &Dir, name: &str, content: &File, len: u64, reused: Option<Segment>) {
+        archive_with_stamped_recording(dir, name, content, len, reused, None)
+    }
+
+    /// [`archive_with_recording`], a recording compressed from `content` carrying `stamp`.
+    fn archive_with_stamped_recording(
+        dir: &Dir,
+        name: &str,
+        content: &File,
+        len: u64,
+        reused: Option<Segment>,
+        stamp: Option<FileStamp>,
+    ) {
         let mut archive = Tarball::create(dir, name).unwrap();
         let streamed = b"perf script text\n".repeat(1000);
         let (compressed, crc) = deflate_segment(Codec::Miniz(flate2::Compression::fast()), [&streamed[..]]);
@@ -746,7 +843,9 @@ mod tests {
             let spill = (tempfile::tempfile().unwrap(), Path::new("spill"));
             let mut file = content.try_clone().unwrap();
             file.seek(SeekFrom::Start(0)).unwrap();
-            Segment::of_file(Path::new("perf.data"), file, len, 7, |_, bytes, _| bytes.len(), spill).unwrap()
+            Segment::of_file(Path::new("perf.data"), file, len, 7, |_, bytes, _| bytes.len(), spill)
+                .unwrap()
+                .stamped(stamp)
         });
         archive.append_indexed(Indexed::Recording, &[recording]).unwrap();
         let naming = [Entry::Dir("symbols".into(), 0), Entry::File("symbols/perf-1.map".into(), b"1000 10 f\n", 0)];
@@ -771,7 +870,7 @@ mod tests {
         let len = content.len() as u64;
         let reused = |archive: File, which: Indexed, content: &File, len: u64, mtime: u64| {
             let crc = || file_entry_crc(Path::new("perf.data"), content, len, mtime).ok();
-            Segment::reused(archive, which, file_entry_len(len), crc)
+            Segment::reused(archive, which, file_entry_len(len), None, crc)
         };
         let earlier = || File::open(tmp.path().join("first.tar.gz")).unwrap();
         archive_with_recording(&dir, "first.tar.gz", &file, len, None);
@@ -802,7 +901,9 @@ mod tests {
 
         // An index that points past the end, or an unknown version.
         let bytes = std::fs::read(tmp.path().join("first.tar.gz")).unwrap();
-        for (at, value) in [(INDEX_AT as usize + 4 + 7, 0x7fu8), (INDEX_AT as usize + 4, 0), (INDEX_AT as usize, 2)] {
+        for (at, value) in
+            [(INDEX_AT as usize + 4 + 7, 0x7fu8), (INDEX_AT as usize + 4, 0), (INDEX_AT as usize, INDEX_VERSION + 1)]
+        {
             let mut bad = bytes.clone();
             bad[at] = value;
             std::fs::write(tmp.path().join("bad.tar.gz"), &bad).unwrap();
@@ -815,6 +916,49 @@ mod tests {
             std::os::unix::fs::chown(tmp.path().join("first.tar.gz"), Some(65534), None).unwrap();
             assert!(reused(earlier(), Indexed::Recording, &file, len, 7).is_none());
         }
+    }
+
+    /// A file whose stamp is the one the index keeps is taken without reading it; any change to the file changes its
+    /// stamp, and a stamp is only taken of a file whose last change is not too recent to tell.
+    #[test]
+    fn the_recording_entry_is_reused_by_its_stamp_without_reading_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open(tmp.path()).unwrap();
+        let path = tmp.path().join("perf.data");
+        std::fs::write(&path, b"a recording".repeat(10_000)).unwrap();
+        let file = File::open(&path).unwrap();
+        let len = file.metadata().unwrap().len();
+        let stamp_at =
+            |later: u64| FileStamp::settled(&file.metadata().unwrap(), SystemTime::now() + Duration::from_secs(later));
+        assert_eq!(stamp_at(0), None, "a file changed just now has no stamp");
+        let stamp = stamp_at(10);
+        assert!(stamp.is_some());
+        archive_with_stamped_recording(&dir, "first.tar.gz", &file, len, None, stamp);
+        let earlier = || File::open(tmp.path().join("first.tar.gz")).unwrap();
+        assert_eq!(ArchiveIndex::read(&earlier()).unwrap().get(Indexed::Recording).unwrap().stamp, stamp);
+        // Not read: a CRC that cannot be computed does not matter.
+        let unread = || None;
+        let again = Segment::reused(earlier(), Indexed::Recording, file_entry_len(len), stamp, unread);
+        let again = again.expect("taken by its stamp");
+        archive_with_stamped_recording(&dir, "second.tar.gz", &file, len, Some(again), None);
+        let second = ArchiveIndex::read(&File::open(tmp.path().join("second.tar.gz")).unwrap()).unwrap();
+        assert_eq!(second.get(Indexed::Recording).unwrap().stamp, stamp, "the stamp is kept");
+        assert!(unpack(&tmp.path().join("second.tar.gz"))[1].1 == b"a recording".repeat(10_000));
+
+        // Its modification time changed (a write, `touch`): the CRC decides.
+        File::options().write(true).open(&path).unwrap().set_modified(SystemTime::UNIX_EPOCH).unwrap();
+        let changed = stamp_at(10);
+        assert!(changed.is_some() && changed != stamp);
+        assert!(Segment::reused(earlier(), Indexed::Recording, file_entry_len(len), changed, unread).is_none());
+        let crc = || file_entry_crc(Path::new("perf.data"), &file, len, 7).ok();
+        assert!(Segment::reused(earlier(), Indexed::Recording, file_entry_len(len), changed, crc).is_some());
+        // Another file in its place, with the same times and length.
+        let other = tmp.path().join("other");
+        std::fs::write(&other, b"a recording".repeat(10_000)).unwrap();
+        let other = File::open(&other).unwrap();
+        other.set_modified(SystemTime::UNIX_EPOCH).unwrap();
+        let other_stamp = FileStamp::settled(&other.metadata().unwrap(), SystemTime::now() + Duration::from_secs(10));
+        assert!(other_stamp.is_some() && other_stamp != changed);
     }
 
     /// The naming segment is found by the checksum of the entries it would be made of.
@@ -830,7 +974,7 @@ mod tests {
         let other = [Entry::Dir("symbols".into(), 0), Entry::File("symbols/perf-1.map".into(), b"1000 10 g\n", 0)];
         let reused = |entries: &[Entry]| {
             let (len, crc) = entries_checksum(entries).unwrap();
-            Segment::reused(earlier(), Indexed::Naming, len, || Some(crc))
+            Segment::reused(earlier(), Indexed::Naming, len, None, || Some(crc))
         };
         assert_eq!(reused(&same).unwrap().len, Segment::of_entries(Codec::Probe, &same, false).unwrap().len);
         assert!(reused(&other).is_none());

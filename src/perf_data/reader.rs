@@ -405,6 +405,23 @@ impl PerfDataReader {
         self.format_for_sample(body).parse_sample_but_stack(misc, body, out)
     }
 
+    /// Asks the CPU to fetch the header of the record at `offset` into its caches.
+    pub fn prefetch_header(&self, offset: u64) {
+        if let Some(line) = self.data().get(offset as usize..) {
+            prefetch(line);
+        }
+    }
+
+    /// Asks the CPU to fetch the start of the record at `offset` (header, fields, the top of a stack copy) and its
+    /// last word (a stack copy's length), reading its header for its size.
+    pub fn prefetch_record(&self, offset: u64) {
+        let Ok(rec) = self.whole_record_at(offset) else { return };
+        for line in rec.chunks(64).take(PREFETCH_LINES) {
+            prefetch(line);
+        }
+        prefetch(&rec[rec.len() - 8..]);
+    }
+
     /// The bytes of the record at `offset` in the data section, header included.
     fn whole_record_at(&self, offset: u64) -> Result<&[u8]> {
         let data = self.data();
@@ -442,6 +459,19 @@ impl PerfDataReader {
                 unsafe { self.bytes.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, start, end - start) };
         }
     }
+}
+
+/// How many 64-byte lines of a record's start [`PerfDataReader::prefetch_record`] asks for: 16 (1 KB) named the
+/// `collect` benchmark's samples as fast as 8 or 32.
+const PREFETCH_LINES: usize = 16;
+
+/// A hint to fetch the cache line holding `bytes[0]`.
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(bytes.as_ptr().cast())
+    };
 }
 
 /// The layout of each event's samples.

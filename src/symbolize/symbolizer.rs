@@ -191,6 +191,9 @@ const RELEASE_ABOVE: u64 = 16 << 20;
 /// How many bytes of records the first pass reads between dropping the pages behind it.
 const RELEASE_STEP: u64 = 2 << 20;
 
+/// How many samples ahead of the one being named its record is fetched into the caches.
+const PREFETCH_AHEAD: usize = 8;
+
 /// x86-64 kernel addresses live in the upper half; used only when a chain carries no context marker.
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 
@@ -492,8 +495,18 @@ impl Symbolizer {
         waiting.sort_unstable_by_key(|w| (w.time, w.offset));
         let ready = waiting.partition_point(|w| w.time <= limit);
         let mut undecodable = 0;
-        for w in waiting.drain(..ready) {
-            match w.record {
+        for i in 0..ready {
+            // A sample's record is a few KB into a file much larger than the caches: fetching the ones the next
+            // steps will read while this one is named hides most of the wait for memory (the header first, so that
+            // its size is at hand when the rest is asked for).
+            if let Some(w) = waiting.get(i + 2 * PREFETCH_AHEAD) {
+                reader.prefetch_header(w.offset);
+            }
+            if let Some(w) = waiting.get(i + PREFETCH_AHEAD) {
+                reader.prefetch_record(w.offset);
+            }
+            let w = &mut waiting[i];
+            match w.record.take() {
                 Some(record) => self.observe(&record),
                 None => {
                     let Ok(stack) = reader.sample_at(w.offset, sample) else {
@@ -505,6 +518,7 @@ impl Symbolizer {
                 }
             }
         }
+        waiting.drain(..ready);
         Ok(undecodable)
     }
 

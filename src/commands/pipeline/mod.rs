@@ -21,7 +21,7 @@ mod script_file;
 pub use perf_data_follower::PerfDataFollower;
 
 use crate::archive::deflate::Codec;
-use crate::archive::tarball::{self, Indexed, Segment, Tarball};
+use crate::archive::tarball::{self, FileStamp, Indexed, Segment, Tarball};
 use crate::fs::{Dir, Kind, Limit, Staging};
 use crate::perf_data::echoes::StackEchoes;
 use crate::perf_data::{PerfDataReader, Record};
@@ -42,7 +42,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 pub const PERF_DATA_FILE: &str = "perf.data";
 
@@ -550,13 +550,20 @@ fn compress_perf_data(
     let meta = file.metadata().with_context(|| format!("cannot read {}", shown.display()))?;
     let (name, len, mtime) = (Path::new(PERF_DATA_FILE), meta.len(), tarball::mtime_of(&meta));
     // Regenerating the outputs of a folder: its archive may hold this very perf.data already.
-    let crc = || tarball::file_entry_crc(name, &file, len, mtime).ok();
+    // Taken before the file is read: a change after it changes the stamp.
+    let stamp = FileStamp::settled(&meta, SystemTime::now());
+    let mut read_whole = false;
+    let crc = || {
+        read_whole = true;
+        tarball::file_entry_crc(name, &file, len, mtime).ok()
+    };
     let reused = earlier_archive(dir)
-        .and_then(|archive| Segment::reused(archive, Indexed::Recording, tarball::file_entry_len(len), crc));
+        .and_then(|archive| Segment::reused(archive, Indexed::Recording, tarball::file_entry_len(len), stamp, crc));
     if let Some(segment) = reused {
         tracing::debug!(
-            "perf.data's entry taken from the earlier {} in {:.1?}",
+            "perf.data's entry taken from the earlier {} (the same by its {}) in {:.1?}",
             report::ARCHIVE_FILE,
+            if read_whole { "CRC" } else { "stamp" },
             started.elapsed()
         );
         return Ok(segment);
@@ -569,7 +576,8 @@ fn compress_perf_data(
         .scratch_file(spill_name)
         .with_context(|| format!("cannot create a scratch file in {}", staging.dir().path().display()))?;
     let segment =
-        Segment::of_file(name, file, len, mtime, |at, bytes, out| echoes.scan(at, bytes, out), (spill, &spill_path))?;
+        Segment::of_file(name, file, len, mtime, |at, bytes, out| echoes.scan(at, bytes, out), (spill, &spill_path))?
+            .stamped(stamp);
     tracing::debug!(
         "perf.data compressed to {:.2} MB in {:.1?} ({})",
         segment.compressed.size() as f64 / 1e6,
@@ -642,7 +650,8 @@ fn naming_segment(dir: &Dir) -> Result<Segment> {
     }
     // The same files as the folder's archive holds: their compressed bytes are taken from it.
     let (len, crc) = tarball::entries_checksum(&entries)?;
-    let reused = earlier_archive(dir).and_then(|archive| Segment::reused(archive, Indexed::Naming, len, || Some(crc)));
+    let reused =
+        earlier_archive(dir).and_then(|archive| Segment::reused(archive, Indexed::Naming, len, None, || Some(crc)));
     if let Some(segment) = reused {
         tracing::debug!("the naming files' segment taken from the earlier {}", report::ARCHIVE_FILE);
         return Ok(segment);
