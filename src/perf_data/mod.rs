@@ -6,6 +6,7 @@ pub mod attr;
 mod bytes;
 pub mod echoes;
 pub mod header;
+pub mod pager;
 pub mod reader;
 pub mod records;
 pub mod sample;
@@ -14,6 +15,7 @@ pub mod writer;
 
 pub use attr::Attr;
 pub use header::{BuildIdEntry, EventDesc, Features};
+pub use pager::{with_pager, Pager};
 pub use reader::{PerfDataReader, ReadStats, SampleFormats, Skimmed};
 pub use records::{Comm, Lost, Mmap, Record, Switch, Task};
 pub use sample::{Sample, SampleFields, SampleFormat, SampleId, UserContext, UserFields};

@@ -445,6 +445,23 @@ impl PerfDataReader {
         Some((event, self.formats.formats[event].sample_tid(body)?))
     }
 
+    /// How many bytes of records the data section holds (so far, for a followed recording).
+    pub fn data_len(&self) -> usize {
+        self.data().len()
+    }
+
+    /// Maps the data section's pages from `from` to `to` (offsets in it) ahead of their use, in one call instead of
+    /// a page fault every 64 KB (see [`Pager`](super::Pager)).
+    pub fn map_data(&self, from: u64, to: u64) {
+        const PAGE: usize = 4096;
+        let at = |offset: u64| self.data_start.saturating_add(usize::try_from(offset).unwrap_or(usize::MAX));
+        let data_end = self.data_end.load(Ordering::Acquire);
+        let (start, end) = (at(from) / PAGE * PAGE, at(to).min(data_end));
+        if end > start {
+            let _ = self.bytes.advise_range(memmap2::Advice::PopulateRead, start, end - start);
+        }
+    }
+
     /// Lets the kernel drop this process's copy of the data section's pages before `offset` (they are read again
     /// from the file if needed): a long recording read once need not stay resident.
     pub fn release_data_before(&self, offset: u64) {

@@ -17,7 +17,7 @@ use super::{Frame, FrameKind, OffCpuState, ResolvedSample, Stack, RUNNABLE_FRAME
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
 use crate::perf_data::abi::{REGS_ABI_64, REG_X86_BP, REG_X86_IP, REG_X86_SP};
-use crate::perf_data::{BuildIdEntry, PerfDataReader, ReadStats, Record, Sample, Skimmed};
+use crate::perf_data::{with_pager, BuildIdEntry, Pager, PerfDataReader, ReadStats, Record, Sample, Skimmed};
 use anyhow::Result;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
@@ -429,48 +429,55 @@ impl Symbolizer {
         // back from the file if needed), so that memory does not grow with the recording. A small one stays
         // mapped: mapping its pages again would cost more than the memory they take.
         let release = reader.header().data.size > RELEASE_ABOVE || reader.following_progress().is_some();
+        // Mapping those pages before the pass reads them and dropping them behind it is done on a thread of its
+        // own (see `Pager`); without one, the pass drops them itself.
         let mut released_to = 0u64;
         // The lowest place in the file of what waits (records are read in file order, so only a replay changes it).
         let mut lowest_waiting = None;
-        let mut read = reader.skim_records(|offset, r| {
-            match r {
-                Skimmed::Sample { time, .. } => {
-                    last_time = time;
-                    latest = latest.max(time);
-                    waiting.push(Waiting { time, offset, record: None });
-                    lowest_waiting.get_or_insert(offset);
-                }
-                Skimmed::Record(Record::FinishedRound) => {
-                    let paced = pace.as_mut().map_or(u64::MAX, |p| p.named_up_to(self, false));
-                    if let Some(limit) = complete_to.map(|t: u64| t.min(paced)) {
-                        let done = self.replay_waiting(reader, &mut waiting, limit, &mut sample, event_names, f)?;
-                        undecodable += done;
-                        lowest_waiting = waiting.iter().map(|w| w.offset).min();
-                    }
-                    complete_to = Some(latest);
-                }
-                Skimmed::Record(r) => match replayed_at(&r, last_time) {
-                    Some(time) => {
-                        // Read ahead of the replay: the samples after this record will want it at once.
-                        if let Record::Mmap(m) = &r {
-                            if super::address_space::is_jitdump_path(&m.filename) {
-                                self.sources.prefetch_jitdump(m.pid, &m.filename);
-                            }
-                        }
+        let mut pass = |pager: Option<&Pager>| {
+            reader.skim_records(|offset, r| {
+                match r {
+                    Skimmed::Sample { time, .. } => {
                         last_time = time;
                         latest = latest.max(time);
-                        waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });
+                        waiting.push(Waiting { time, offset, record: None });
                         lowest_waiting.get_or_insert(offset);
                     }
-                    None => lost += lost_by(&r),
-                },
-            }
-            if release && offset >= released_to + RELEASE_STEP {
-                reader.release_data_before(lowest_waiting.unwrap_or(offset));
-                released_to = offset;
-            }
-            Ok(())
-        })?;
+                    Skimmed::Record(Record::FinishedRound) => {
+                        let paced = pace.as_mut().map_or(u64::MAX, |p| p.named_up_to(self, false));
+                        if let Some(limit) = complete_to.map(|t: u64| t.min(paced)) {
+                            let done = self.replay_waiting(reader, &mut waiting, limit, &mut sample, event_names, f)?;
+                            undecodable += done;
+                            lowest_waiting = waiting.iter().map(|w| w.offset).min();
+                        }
+                        complete_to = Some(latest);
+                    }
+                    Skimmed::Record(r) => match replayed_at(&r, last_time) {
+                        Some(time) => {
+                            // Read ahead of the replay: the samples after this record will want it at once.
+                            if let Record::Mmap(m) = &r {
+                                if super::address_space::is_jitdump_path(&m.filename) {
+                                    self.sources.prefetch_jitdump(m.pid, &m.filename);
+                                }
+                            }
+                            last_time = time;
+                            latest = latest.max(time);
+                            waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });
+                            lowest_waiting.get_or_insert(offset);
+                        }
+                        None => lost += lost_by(&r),
+                    },
+                }
+                if let Some(pager) = pager {
+                    pager.advance(offset, lowest_waiting.unwrap_or(offset));
+                } else if release && offset >= released_to + RELEASE_STEP {
+                    reader.release_data_before(lowest_waiting.unwrap_or(offset));
+                    released_to = offset;
+                }
+                Ok(())
+            })
+        };
+        let mut read = if release { with_pager(reader, pass) } else { pass(None) }?;
         if let Some(p) = pace {
             p.named_up_to(self, true);
         }
