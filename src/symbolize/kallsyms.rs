@@ -352,23 +352,52 @@ fn fixed_line(bytes: &[u8], at: usize) -> Option<(u64, u8, usize)> {
     if !line[17].is_ascii_graphic() || !line[19].is_ascii_graphic() {
         return None;
     }
-    // Sixteen bytes a step (names are 24 bytes on average); a word's lowest flagged byte is a true newline.
-    const NEWLINES: u64 = ONES * b'\n' as u64;
-    let newlines = |word: &[u8]| {
-        let word = u64::from_le_bytes(word.try_into().unwrap()) ^ NEWLINES;
-        word.wrapping_sub(ONES) & !word & HIGH_BITS
-    };
+    // Sixteen bytes a step (names are 24 bytes on average).
     let mut i = 20;
     while let Some(chunk) = line.get(i..i + 16) {
-        let (low, high) = (newlines(&chunk[..8]), newlines(&chunk[8..]));
-        if low | high != 0 {
-            let bit = if low != 0 { low.trailing_zeros() } else { 64 + high.trailing_zeros() };
-            return Some((addr, line[17], at + i + bit as usize / 8 + 1));
+        let found = newlines16(chunk.try_into().unwrap());
+        if found != 0 {
+            return Some((addr, line[17], at + i + found.trailing_zeros() as usize + 1));
         }
         i += 16;
     }
     let end = line[i..].iter().position(|&b| b == b'\n').map_or(line.len(), |n| i + n);
     Some((addr, line[17], at + end + 1))
+}
+
+/// Which of 16 bytes are newlines, a bit each (the first byte's lowest).
+fn newlines16(bytes: &[u8; 16]) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    return newlines16_sse2(bytes);
+    #[cfg(not(target_arch = "x86_64"))]
+    return newlines16_words(bytes);
+}
+
+/// [`newlines16`] in three instructions: a quarter of reading kallsyms with [`newlines16_words`].
+#[cfg(target_arch = "x86_64")]
+fn newlines16_sse2(bytes: &[u8; 16]) -> u32 {
+    use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8};
+    // SAFETY: SSE2 is part of x86-64; the load reads the 16 bytes of `bytes`, at any alignment.
+    unsafe {
+        let v = _mm_loadu_si128(bytes.as_ptr().cast());
+        _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(b'\n' as i8))) as u32
+    }
+}
+
+/// [`newlines16`] on any CPU, two words at a time; only the first newline's bit is set (a word's lowest flagged
+/// byte is a true newline, a higher one may be a false one after it).
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn newlines16_words(bytes: &[u8; 16]) -> u32 {
+    const NEWLINES: u64 = ONES * b'\n' as u64;
+    let newlines = |word: &[u8]| {
+        let word = u64::from_le_bytes(word.try_into().unwrap()) ^ NEWLINES;
+        word.wrapping_sub(ONES) & !word & HIGH_BITS
+    };
+    match (newlines(&bytes[..8]), newlines(&bytes[8..])) {
+        (0, 0) => 0,
+        (0, high) => 1 << (8 + high.trailing_zeros() / 8),
+        (low, _) => 1 << (low.trailing_zeros() / 8),
+    }
 }
 
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -644,6 +673,21 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
             assert_eq!(starts, expected);
             for s in k.iter() {
                 assert!(s.start < s.end);
+            }
+        }
+    }
+
+    /// Both ways of finding a newline agree on where the first one is.
+    #[test]
+    fn the_newline_searches_agree() {
+        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0004);
+        for input in rng.inputs(&[SAMPLE.as_bytes()], 3000) {
+            for chunk in input.chunks_exact(16) {
+                let chunk: &[u8; 16] = chunk.try_into().unwrap();
+                let first = |mask: u32| (mask != 0).then(|| mask.trailing_zeros());
+                let expected = chunk.iter().position(|&b| b == b'\n').map(|i| i as u32);
+                assert_eq!(first(newlines16_words(chunk)), expected, "{chunk:?}");
+                assert_eq!(first(newlines16(chunk)), expected, "{chunk:?}");
             }
         }
     }
