@@ -15,6 +15,9 @@ use std::thread::Thread;
 const AHEAD: u64 = 8 << 20;
 /// How much is mapped, or dropped, at a time.
 const STEP: u64 = 2 << 20;
+/// How far behind the pass the paging thread may fall in dropping pages before the pass drops them itself: memory
+/// stays bounded however the threads are scheduled.
+const LAG: u64 = 4 * STEP;
 
 /// Runs `pass` over `reader`'s records with a paging thread beside it, which `pass` keeps told where it is
 /// ([`Pager::advance`]); `None` if no thread could be started. The thread ends with `pass`, however it ends.
@@ -35,6 +38,7 @@ impl Drop for Finish<'_, '_> {
     fn drop(&mut self) {
         self.0.finished.store(true, Ordering::Release);
         self.0.wake();
+        self.0.drop_before(self.0.done_before.load(Ordering::Acquire));
     }
 }
 
@@ -45,6 +49,8 @@ pub struct Pager<'r> {
     at: AtomicU64,
     /// The pass needs nothing before this.
     done_before: AtomicU64,
+    /// Pages before this were dropped.
+    dropped_before: AtomicU64,
     /// Where the pass must be for the paging thread to have work again (it sleeps until then).
     wake_at: AtomicU64,
     finished: AtomicBool,
@@ -57,6 +63,7 @@ impl<'r> Pager<'r> {
             reader,
             at: AtomicU64::new(0),
             done_before: AtomicU64::new(0),
+            dropped_before: AtomicU64::new(0),
             wake_at: AtomicU64::new(0),
             finished: AtomicBool::new(false),
             thread: OnceLock::new(),
@@ -66,7 +73,7 @@ impl<'r> Pager<'r> {
     /// The paging thread's work, until the pass ends.
     fn run(&self) {
         let _ = self.thread.set(std::thread::current());
-        let (mut mapped_to, mut dropped_to) = (0u64, 0u64);
+        let mut mapped_to = 0u64;
         while !self.finished.load(Ordering::Acquire) {
             let at = self.at.load(Ordering::Acquire);
             // A followed recording grows: only what is in the file yet can be mapped.
@@ -78,9 +85,8 @@ impl<'r> Pager<'r> {
                 continue;
             }
             let done_before = self.done_before.load(Ordering::Acquire);
-            if done_before >= dropped_to + STEP {
-                self.reader.release_data_before(done_before);
-                dropped_to = done_before;
+            if done_before >= self.dropped_before.load(Ordering::Acquire) + STEP {
+                self.drop_before(done_before);
                 continue;
             }
             // Nothing to do until the pass has moved on: asleep until it passes the middle of what is mapped ahead.
@@ -98,6 +104,14 @@ impl<'r> Pager<'r> {
         if at >= self.wake_at.load(Ordering::Acquire) {
             self.wake();
         }
+        if done_before > self.dropped_before.load(Ordering::Acquire) + LAG {
+            self.drop_before(done_before);
+        }
+    }
+
+    fn drop_before(&self, offset: u64) {
+        self.reader.release_data_before(offset);
+        self.dropped_before.fetch_max(offset, Ordering::AcqRel);
     }
 
     fn wake(&self) {
@@ -135,18 +149,21 @@ mod tests {
         assert!(reader.data_len() as u64 > 3 * AHEAD);
 
         let mut seen = 0;
-        let paged = with_pager(&reader, |pager| {
+        let (paged, during) = with_pager(&reader, |pager| {
             let pager = pager.expect("a paging thread");
-            reader.skim_records(|offset, _| {
+            let read = reader.skim_records(|offset, _| {
                 seen += 1;
                 pager.advance(offset, offset);
                 Ok(())
-            })
+            });
+            (read, resident_kb(&path))
         });
         assert_eq!(paged.unwrap().records, 10_000);
         assert_eq!(seen, 10_000);
-        let resident = resident_kb(&path);
-        assert!(resident * 1024 <= AHEAD + 3 * STEP, "{resident} KB of {} MB still mapped", reader.data_len() >> 20);
+        let mb = reader.data_len() >> 20;
+        assert!(during * 1024 <= AHEAD + LAG + 2 * STEP, "{during} KB of {mb} MB mapped at the end of the pass");
+        let after = resident_kb(&path);
+        assert!(after * 1024 <= 2 * STEP, "{after} KB of {mb} MB still mapped after the pass");
 
         let failed = with_pager(&reader, |_| reader.skim_records(|_, _| anyhow::bail!("stop")));
         assert!(failed.is_err());

@@ -140,8 +140,7 @@ impl Sources {
         let (path, force) = (key.1.clone(), self.opts.force_maps);
         let read = move || {
             let read_as = ProcessInfo::read(pid);
-            let dump = read_jit_file(read_as.as_ref(), pid, Path::new(&*path), force)
-                .map(|bytes| bytes.map(|bytes| JitDump::parse(&bytes)));
+            let dump = read_jitdump(read_as.as_ref(), pid, Path::new(&*path), force);
             PrefetchedJitdump { read_as, dump }
         };
         if let Ok(thread) = std::thread::Builder::new().name("jitdump".into()).spawn(read) {
@@ -293,7 +292,7 @@ impl Sources {
             None => {
                 let dump = match self.prefetched_jitdump(pid, path, processes) {
                     Some(prefetched) => prefetched,
-                    None => self.read_live_jit_file(pid, Path::new(&**path), processes).map(|b| JitDump::parse(&b)),
+                    None => self.read_live_jitdump(pid, Path::new(&**path), processes),
                 };
                 (dump?, self.live_procs.get(&pid).is_some_and(|p| p.is_some()))
             }
@@ -514,11 +513,15 @@ impl Sources {
 
     /// [`read_jit_file`] of `pid` as it runs now (if it is still the recorded program), its refusal a warning.
     fn read_live_jit_file(&mut self, pid: u32, path: &Path, processes: &Processes) -> Option<Vec<u8>> {
-        if !self.opts.live {
-            return None;
-        }
-        let info = self.live_process(pid, processes);
+        let info = self.opts.live.then(|| self.live_process(pid, processes))?;
         let read = read_jit_file(info.as_ref(), pid, path, self.opts.force_maps);
+        self.warned(read)
+    }
+
+    /// [`read_jitdump`] of `pid` as it runs now (if it is still the recorded program), its refusal a warning.
+    fn read_live_jitdump(&mut self, pid: u32, path: &Path, processes: &Processes) -> Option<JitDump> {
+        let info = self.opts.live.then(|| self.live_process(pid, processes))?;
+        let read = read_jitdump(info.as_ref(), pid, path, self.opts.force_maps);
         self.warned(read)
     }
 
@@ -540,6 +543,22 @@ struct PrefetchedJitdump {
 /// else from the host path (where perf finds maps of processes that are gone), each with the checks of
 /// [`jit_files::open_trusted`]. `Ok(None)` when it does not exist; the error is the warning to give.
 fn read_jit_file(info: Option<&ProcessInfo>, pid: u32, path: &Path, force: bool) -> Result<Option<Vec<u8>>, String> {
+    read_jit_file_with(info, pid, path, force, |file, size| input::read_all(file, size, Limit::JIT_FILE))
+}
+
+/// The jitdump of process `pid` from the live system, as [`read_jit_file`] finds it, parsed as it is read.
+fn read_jitdump(info: Option<&ProcessInfo>, pid: u32, path: &Path, force: bool) -> Result<Option<JitDump>, String> {
+    read_jit_file_with(info, pid, path, force, |file, _| JitDump::read(file, Limit::JIT_FILE))
+}
+
+/// [`read_jit_file`], the file opened (with its size) handed to `read`.
+fn read_jit_file_with<T>(
+    info: Option<&ProcessInfo>,
+    pid: u32,
+    path: &Path,
+    force: bool,
+    read: impl FnOnce(&mut File, u64) -> Result<T, input::InputError>,
+) -> Result<Option<T>, String> {
     let (root, allowed, started_at) = match info {
         Some(info) => (info.root(), vec![info.uid], info.started_at),
         None => (Root::host(), vec![jit_files::current_euid()], None),
@@ -549,7 +568,7 @@ fn read_jit_file(info: Option<&ProcessInfo>, pid: u32, path: &Path, force: bool)
         Err(e) => Err(jit_files::OpenError::Other(e.to_string())),
     };
     match opened {
-        Ok((mut f, size)) => input::read_all(&mut f, size, Limit::JIT_FILE)
+        Ok((mut f, size)) => read(&mut f, size)
             .map(Some)
             .map_err(|e| format!("cannot read {} of PID {pid}: {e}", path.display())),
         Err(e) => jit_files::refusal(path, pid, &e).map_or(Ok(None), Err),
