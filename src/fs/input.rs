@@ -201,6 +201,50 @@ pub fn read_all(file: &mut File, size_hint: u64, limit: Limit) -> Result<Vec<u8>
     Ok(bytes)
 }
 
+/// A regular input file read a piece at a time by a reader that goes through it once, in order: only one piece is
+/// in memory (a jitdump holds MBs of code that its reader reads a few bytes of), and nothing past `limit` is read.
+pub struct Pieces<'f> {
+    file: &'f File,
+    limit: Limit,
+    piece: Vec<u8>,
+    /// Where in the file the piece starts, and how many of its bytes were read.
+    at: u64,
+    filled: usize,
+}
+
+impl<'f> Pieces<'f> {
+    /// Bytes read at a time: well within a core's cache, well above a record's size.
+    const PIECE: usize = 128 << 10;
+
+    pub fn new(file: &'f File, limit: Limit) -> Pieces<'f> {
+        Pieces { file, limit, piece: Vec::new(), at: 0, filled: 0 }
+    }
+
+    /// The file's bytes from offset `at` on: at least `want` of them, fewer only where the file ends.
+    pub fn from(&mut self, at: u64, want: usize) -> Result<&[u8], InputError> {
+        let end = at.saturating_add(want as u64);
+        if at < self.at || end > self.at + self.filled as u64 {
+            let len = want.max(Self::PIECE);
+            if self.piece.len() < len {
+                self.piece.resize(len, 0);
+            }
+            (self.at, self.filled) = (at, 0);
+            while self.filled < len {
+                let n = pread_retrying(self.file, &mut self.piece[self.filled..len], at + self.filled as u64)?;
+                if n == 0 {
+                    break;
+                }
+                self.filled += n;
+            }
+            let size = at + self.filled as u64;
+            if size > self.limit.bytes {
+                return Err(InputError::TooLarge { size, limit: self.limit.bytes });
+            }
+        }
+        Ok(&self.piece[(at - self.at) as usize..self.filled])
+    }
+}
+
 /// One `pread`, retried when a signal interrupts it.
 fn pread_retrying(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
     use std::os::unix::fs::FileExt;

@@ -8,7 +8,9 @@
 //! whatever complete records precede the damage, plus a warning.
 
 use super::unwind::{method_frame, JitFrame, PROLOGUE_BYTES};
+use crate::fs::input::{InputError, Limit, Pieces};
 use std::collections::BTreeMap;
+use std::convert::Infallible;
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
@@ -78,8 +80,19 @@ enum Event {
 
 impl JitDump {
     pub fn parse(bytes: &[u8]) -> JitDump {
+        let Ok(dump) = Self::parse_from(&mut { bytes });
+        dump
+    }
+
+    /// Reads the jitdump `file` (up to `limit` bytes) a piece at a time: a JIT's file holds the code of every
+    /// method, MBs of which naming reads a few dozen bytes each; only a piece is ever in memory.
+    pub fn read(file: &std::fs::File, limit: Limit) -> Result<JitDump, InputError> {
+        Self::parse_from(&mut Pieces::new(file, limit))
+    }
+
+    fn parse_from<B: RecordBytes>(bytes: &mut B) -> Result<JitDump, B::Error> {
         let mut dump = JitDump { timed: true, ..Default::default() };
-        let Some(file) = FileHeader::read(bytes, &mut dump) else { return dump };
+        let Some(file) = FileHeader::read(bytes.from(0, FILE_HEADER_SIZE)?, &mut dump) else { return Ok(dump) };
         let mut events: Vec<(u64, Event)> = Vec::new();
         let end = file.walk(bytes, |pos, id, timestamp, record| {
             let body = Reader { bytes: &record[RECORD_HEADER_SIZE..], swapped: file.swapped };
@@ -98,10 +111,10 @@ impl JitDump {
                 _ => {} // debug info, unwinding info, future record types: not needed to name code
             }
             ControlFlow::Continue(())
-        });
+        })?;
         match end {
             WalkEnd::Closed | WalkEnd::AtEnd => {}
-            WalkEnd::Incomplete(pos) => dump.incomplete_tail = Some(bytes.len() - pos),
+            WalkEnd::Incomplete(_, left) => dump.incomplete_tail = Some(left),
             WalkEnd::Corrupt(pos, size) => {
                 dump.warnings.push(format!("jitdump corrupt at byte {pos}: record size {size}"))
             }
@@ -109,7 +122,7 @@ impl JitDump {
         // Writers on several threads may interleave slightly out of order; replay in time order.
         events.sort_by_key(|(t, _)| *t);
         dump.replay(events);
-        dump
+        Ok(dump)
     }
 
     fn replay(&mut self, events: Vec<(u64, Event)>) {
@@ -248,8 +261,8 @@ enum WalkEnd {
     AtEnd,
     /// A CODE_CLOSE record (or the visitor) ended it: nothing after it counts.
     Closed,
-    /// The record at this byte runs past the end of the file.
-    Incomplete(usize),
+    /// The record at this byte runs past the end of the file, which has this many bytes from it.
+    Incomplete(usize, usize),
     /// The record at this byte claims a size smaller than a record header.
     Corrupt(usize, usize),
 }
@@ -287,30 +300,55 @@ impl FileHeader {
     }
 
     /// Hands each whole record (`position, id, timestamp, bytes` with its header) to `visit`, in file order.
-    fn walk<'a>(
+    fn walk<B: RecordBytes>(
         &self,
-        bytes: &'a [u8],
-        mut visit: impl FnMut(usize, u32, u64, &'a [u8]) -> ControlFlow<()>,
-    ) -> WalkEnd {
-        let r = Reader { bytes, swapped: self.swapped };
+        bytes: &mut B,
+        mut visit: impl FnMut(usize, u32, u64, &[u8]) -> ControlFlow<()>,
+    ) -> Result<WalkEnd, B::Error> {
         let mut pos = self.records_at;
-        while pos < bytes.len() {
-            let (Some(id), Some(size), Some(timestamp)) = (r.u32(pos), r.u32(pos + 4), r.u64(pos + 8)) else {
-                return WalkEnd::Incomplete(pos);
+        loop {
+            let head = bytes.from(pos, RECORD_HEADER_SIZE)?;
+            if head.is_empty() {
+                return Ok(WalkEnd::AtEnd);
+            }
+            let r = Reader { bytes: head, swapped: self.swapped };
+            let (Some(id), Some(size), Some(timestamp)) = (r.u32(0), r.u32(4), r.u64(8)) else {
+                return Ok(WalkEnd::Incomplete(pos, head.len()));
             };
             let size = size as usize;
             if size < RECORD_HEADER_SIZE {
-                return WalkEnd::Corrupt(pos, size);
+                return Ok(WalkEnd::Corrupt(pos, size));
             }
-            let Some(record) = bytes.get(pos..pos + size) else {
-                return WalkEnd::Incomplete(pos);
+            let rest = bytes.from(pos, size)?;
+            let Some(record) = rest.get(..size) else {
+                return Ok(WalkEnd::Incomplete(pos, rest.len()));
             };
             if visit(pos, id, timestamp, record).is_break() {
-                return WalkEnd::Closed;
+                return Ok(WalkEnd::Closed);
             }
             pos += size;
         }
-        WalkEnd::AtEnd
+    }
+}
+
+/// Where a walk reads records from: a jitdump in memory, or its file a piece at a time.
+trait RecordBytes {
+    type Error;
+    /// The bytes from position `at` on: at least `want` of them, fewer only where the jitdump ends.
+    fn from(&mut self, at: usize, want: usize) -> Result<&[u8], Self::Error>;
+}
+
+impl RecordBytes for &[u8] {
+    type Error = Infallible;
+    fn from(&mut self, at: usize, _: usize) -> Result<&[u8], Infallible> {
+        Ok(self.get(at..).unwrap_or_default())
+    }
+}
+
+impl RecordBytes for Pieces<'_> {
+    type Error = InputError;
+    fn from(&mut self, at: usize, want: usize) -> Result<&[u8], InputError> {
+        Pieces::from(self, at as u64, want)
     }
 }
 
@@ -323,7 +361,7 @@ pub fn trimmed(bytes: &[u8]) -> Option<Vec<u8>> {
     let file = FileHeader::read(bytes, &mut JitDump::default())?;
     let mut out = Vec::with_capacity(bytes.len() / 4);
     out.extend_from_slice(&bytes[..file.records_at.min(bytes.len())]);
-    let end = file.walk(bytes, |_, id, _, record| {
+    let Ok(end) = file.walk(&mut { bytes }, |_, id, _, record| {
         match id {
             JIT_CODE_LOAD => trim_load(record, file.swapped, &mut out),
             JIT_CODE_MOVE => out.extend_from_slice(record),
@@ -335,7 +373,7 @@ pub fn trimmed(bytes: &[u8]) -> Option<Vec<u8>> {
         }
         ControlFlow::Continue(())
     });
-    if let WalkEnd::Incomplete(pos) | WalkEnd::Corrupt(pos, _) = end {
+    if let WalkEnd::Incomplete(pos, _) | WalkEnd::Corrupt(pos, _) = end {
         out.extend_from_slice(&bytes[pos..]);
     }
     Some(out)
@@ -667,5 +705,38 @@ mod tests {
                 let _ = d.lookup(c.end.saturating_sub(1), u64::MAX);
             }
         }
+    }
+
+    /// Read from its file a piece at a time, a jitdump parses as it does in memory: records across the pieces'
+    /// boundaries, one larger than a piece, a move, an incomplete last record, a file over the limit.
+    #[test]
+    fn a_jitdump_read_in_pieces_is_the_one_in_memory() {
+        let mut w = JitDumpWriter::new(7, 0);
+        for i in 0..3000u64 {
+            let prologue = [0x55, 0x48, 0x89, 0xe5];
+            let code: Vec<u8> = prologue.iter().copied().chain((0..(i % 300) as u8).map(|b| b ^ 0x5a)).collect();
+            w.load_code(i * 10, 0x10_0000 + (i % 700) * 0x400, &format!("M{i}::method(int32)"), &code);
+            if i % 97 == 0 {
+                w.moved(i * 10 + 5, 0x10_0000 + (i % 700) * 0x400, 0x90_0000 + i * 0x400, 16);
+                w.debug_info(i * 10 + 6);
+            }
+        }
+        w.load_code(40_000, 0x50_0000, "Big::method()", &vec![0x90; 300 << 10]);
+        w.load(40_010, 0x60_0000, 64, "After::big()");
+        let whole = w.bytes.clone();
+        w.load(40_020, 0x70_0000, 64, "Cut::short()");
+        let cut = &w.bytes[..w.bytes.len() - 10];
+        for bytes in [&whole[..], cut] {
+            assert!(bytes.len() > 3 * (128 << 10));
+            let mut file = tempfile::tempfile().unwrap();
+            std::io::Write::write_all(&mut file, bytes).unwrap();
+            let read = JitDump::read(&file, Limit { bytes: 1 << 30 }).unwrap();
+            let parsed = JitDump::parse(bytes);
+            assert_eq!(format!("{read:?}"), format!("{parsed:?}"));
+            assert!(parsed.loads > 3000 && parsed.moves > 30);
+            let over = JitDump::read(&file, Limit { bytes: bytes.len() as u64 - 1 });
+            assert!(matches!(over, Err(InputError::TooLarge { .. })), "{over:?}");
+        }
+        assert_eq!(JitDump::parse(cut).incomplete_tail, Some(cut.len() - whole.len()));
     }
 }

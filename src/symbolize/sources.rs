@@ -568,9 +568,9 @@ fn read_jit_file_with<T>(
         Err(e) => Err(jit_files::OpenError::Other(e.to_string())),
     };
     match opened {
-        Ok((mut f, size)) => read(&mut f, size)
-            .map(Some)
-            .map_err(|e| format!("cannot read {} of PID {pid}: {e}", path.display())),
+        Ok((mut f, size)) => {
+            read(&mut f, size).map(Some).map_err(|e| format!("cannot read {} of PID {pid}: {e}", path.display()))
+        }
         Err(e) => jit_files::refusal(path, pid, &e).map_or(Ok(None), Err),
     }
 }
