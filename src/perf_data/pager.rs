@@ -12,9 +12,9 @@ use std::sync::OnceLock;
 use std::thread::Thread;
 
 /// How far ahead of the pass the data is mapped.
-const AHEAD: u64 = 8 << 20;
+const AHEAD: u64 = 4 << 20;
 /// How much is mapped, or dropped, at a time.
-const STEP: u64 = 2 << 20;
+const STEP: u64 = 1 << 20;
 /// How far behind the pass the paging thread may fall in dropping pages before the pass drops them itself: memory
 /// stays bounded however the threads are scheduled.
 const LAG: u64 = 4 * STEP;
