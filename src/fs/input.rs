@@ -225,12 +225,14 @@ impl<'f> Pieces<'f> {
         let end = at.saturating_add(want as u64);
         if at < self.at || end > self.at + self.filled as u64 {
             let len = want.max(Self::PIECE);
-            if self.piece.len() < len {
-                self.piece.resize(len, 0);
-            }
             (self.at, self.filled) = (at, 0);
             while self.filled < len {
-                let n = pread_retrying(self.file, &mut self.piece[self.filled..len], at + self.filled as u64)?;
+                // Grown only as far as the file has bytes: what a record says its size is may be anything.
+                if self.filled == self.piece.len() {
+                    self.piece.resize(len.min((2 * self.piece.len()).max(Self::PIECE)), 0);
+                }
+                let room = self.piece.len().min(len);
+                let n = pread_retrying(self.file, &mut self.piece[self.filled..room], at + self.filled as u64)?;
                 if n == 0 {
                     break;
                 }

@@ -1,10 +1,11 @@
 //! Paging a big recording in and out around a pass over its records, on a thread of its own.
 //!
 //! A pass over a recording of stack copies (hundreds of MB, each record a few KB of which it reads a few hundred
-//! bytes) spends about a third of its time in the kernel: a page fault every 64 KB (the kernel maps the file's
-//! cached pages around each fault) and, to keep memory flat, dropping the pages behind it. Both only change which
-//! of the file's pages are mapped, never what the pass reads, so a second thread can do them: it maps the next MBs
-//! with one `MADV_POPULATE_READ` each and drops what the pass is done with, while the pass names samples.
+//! bytes) can spend a third of its time in the kernel: a page fault every 64 KB or less (the kernel maps the file's
+//! cached pages around each fault, fewer where they are cached as small pages) and, to keep memory flat, dropping
+//! the pages behind it. Both only change which of the file's pages are mapped, never what the pass reads, so a
+//! second thread can do them: it maps the next MB with one `MADV_POPULATE_READ` at a time and drops what the pass is
+//! done with, while the pass names samples.
 
 use super::PerfDataReader;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

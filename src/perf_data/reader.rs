@@ -478,8 +478,8 @@ impl PerfDataReader {
     }
 }
 
-/// How many 64-byte lines of a record's start [`PerfDataReader::prefetch_record`] asks for: 16 (1 KB) named the
-/// `collect` benchmark's samples as fast as 8 or 32.
+/// How many 64-byte lines of a record's start [`PerfDataReader::prefetch_record`] asks for: 8 or 16 named the
+/// `collect` benchmark's samples equally fast, 32 slower.
 const PREFETCH_LINES: usize = 16;
 
 /// A hint to fetch the cache line holding `bytes[0]`.

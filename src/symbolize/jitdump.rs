@@ -739,4 +739,25 @@ mod tests {
         }
         assert_eq!(JitDump::parse(cut).incomplete_tail, Some(cut.len() - whole.len()));
     }
+
+    /// A record that claims to be 4 GB long, in a file of a few hundred KB, is an incomplete tail: nothing near its
+    /// size is allocated to read it.
+    #[test]
+    fn a_record_claiming_gigabytes_is_read_as_an_incomplete_tail() {
+        let mut w = JitDumpWriter::new(7, 0);
+        w.load(10, 0x1000, 64, "Real::method()");
+        let mut bytes = w.bytes.clone();
+        let at = bytes.len();
+        bytes.extend_from_slice(&JIT_CODE_LOAD.to_ne_bytes());
+        bytes.extend_from_slice(&u32::MAX.to_ne_bytes());
+        // More than a piece follows, so that reading it needs more room.
+        bytes.extend_from_slice(&vec![0; 300 << 10]);
+        let mut file = tempfile::tempfile().unwrap();
+        std::io::Write::write_all(&mut file, &bytes).unwrap();
+        let started = std::time::Instant::now();
+        let read = JitDump::read(&file, Limit { bytes: 1 << 33 }).unwrap();
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
+        assert_eq!(read.incomplete_tail, Some(bytes.len() - at));
+        assert_eq!(read.loads, 1);
+    }
 }
