@@ -90,8 +90,9 @@ impl<'r> Pager<'r> {
                 self.drop_before(done_before);
                 continue;
             }
-            // Nothing to do until the pass has moved on: asleep until it passes the middle of what is mapped ahead.
-            self.wake_at.store(at.max(mapped_to.saturating_sub(AHEAD / 2)), Ordering::Release);
+            // Nothing to do until the pass has moved on: asleep until it passes the middle of what is mapped ahead,
+            // and at least a step further (at the end of a followed recording, not woken by every record).
+            self.wake_at.store((at + STEP).max(mapped_to.saturating_sub(AHEAD / 2)), Ordering::Release);
             if self.at.load(Ordering::Acquire) == at && !self.finished.load(Ordering::Acquire) {
                 std::thread::park();
             }
