@@ -340,7 +340,8 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                         (Input::Complete { metadata: MetadataSource::Given(meta), .. }, None) => (**meta).clone(),
                         (_, None) => metadata_from_recording(&reader, &profile.facts, stats),
                     };
-                    Some(small_outputs(profile, meta, &reader, measure, stats, report_opts, title))
+                    let meta = completed(meta, &reader, measure, stats);
+                    Some(small_outputs(profile, meta, report_opts, title, staging.dir()))
                 }
                 _ => None,
             };
@@ -368,31 +369,26 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             let small = small.expect("made once naming and the report stage succeeded")?;
             Ok((profile, (stats, symbolizer), archive, script_len, (perf_data_part, naming), small))
         })?;
-    let SmallOutputs { folded_files, folded_segment, rest, notes, now } = small;
-    for (name, bytes) in folded_files.iter().chain(&rest) {
-        staging.dir().write_file(name, bytes)?;
-    }
+    let SmallOutputs { written, folded_segment, last_segment, notes, now } = small;
     for note in &notes {
         tracing::warn!("{note}");
     }
 
     // The archive: perf_script.out (streamed), perf.data, what names the frames, the folded stacks, then the graphs
     // and metadata.txt.
-    let entries: Vec<tarball::Entry> =
-        rest.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
     match perf_data_part {
         PerfDataPart::Segments(segments) => archive.append_indexed(Indexed::Recording, &segments)?,
         PerfDataPart::Followed(followed) => followed.add_to(&mut archive)?,
     }
     archive.append_indexed(Indexed::Naming, std::slice::from_ref(&naming_segment))?;
     archive.append(&folded_segment)?;
-    archive.append(&Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, true)?)?;
+    archive.append(&last_segment)?;
     archive.finish(&tarball::tar_header(Path::new(report::PERF_SCRIPT_FILE), script_len, now, false)?)?;
 
     tracing::debug!("archive finished after {:.1?}", begun.elapsed());
 
     let mut files: Vec<PathBuf> = vec![report::PERF_SCRIPT_FILE.into()];
-    files.extend(folded_files.iter().chain(&rest).map(|(name, _)| name.clone()));
+    files.extend(written);
     files.push(report::ARCHIVE_FILE.into());
     // All outputs are replaced or none (an abort waits for this).
     crate::interrupt::publish(|| staging.publish(&files))?;
@@ -415,35 +411,22 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     Ok(summary)
 }
 
-/// The outputs made from the finished profile: the folded stacks (written and compressed for the archive), the
-/// flame graph(s) and metadata.txt, kept in memory for the archive too.
+/// The outputs made from the finished profile, written into the staging folder and compressed for the archive:
+/// the folded stacks, the flame graph(s) and metadata.txt.
 struct SmallOutputs {
-    folded_files: Vec<OutputFile>,
+    /// Their names, the folded stacks' first.
+    written: Vec<PathBuf>,
     folded_segment: Segment,
-    /// The graphs, then metadata.txt.
-    rest: Vec<OutputFile>,
+    /// The graphs and metadata.txt, ending the archive.
+    last_segment: Segment,
     /// Things the user should know.
     notes: Vec<String>,
     /// The archive entries' modification time.
     now: u64,
 }
 
-/// Makes the [`SmallOutputs`] of `profile`, with `meta` completed from the recording: the folded stacks on a thread
-/// of their own while the flame graphs are drawn (with many distinct stacks, both take tens of ms).
-fn small_outputs(
-    profile: &Profile,
-    mut meta: Metadata,
-    reader: &PerfDataReader,
-    measure: Measure,
-    stats: &SymbolizeStats,
-    report_opts: &ReportOptions,
-    title: Option<String>,
-) -> Result<SmallOutputs> {
-    let Profile { folded, threads, facts, shown } = profile;
-    let view = &report_opts.view;
-    if *shown == 0 && facts.samples > 0 && (view.pid.is_some() || view.tid.is_some()) {
-        bail!("{}", nothing_selected(view, facts));
-    }
+/// `meta` with what only the recording and the naming know: the events, the mode, the switch-outs.
+fn completed(mut meta: Metadata, reader: &PerfDataReader, measure: Measure, stats: &SymbolizeStats) -> Metadata {
     if meta.event.is_empty() {
         meta.event = reader.events().iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(",");
     }
@@ -451,19 +434,44 @@ fn small_outputs(
     if measure != Measure::OnCpu && meta.switch_outs.is_none() {
         meta.switch_outs = Some(stats.switch_outs);
     }
+    meta
+}
+
+/// Makes the [`SmallOutputs`] of `profile` in the folder `into`, with `meta` (see [`completed`]): the folded
+/// stacks on a thread of their own while the flame graphs are drawn (with many distinct stacks, both take tens of
+/// ms), all while perf_script.out is still being written.
+fn small_outputs(
+    profile: &Profile,
+    meta: Metadata,
+    report_opts: &ReportOptions,
+    title: Option<String>,
+    into: &Dir,
+) -> Result<SmallOutputs> {
+    let Profile { folded, threads, facts, shown } = profile;
+    let view = &report_opts.view;
+    if *shown == 0 && facts.samples > 0 && (view.pid.is_some() || view.tid.is_some()) {
+        bail!("{}", nothing_selected(view, facts));
+    }
     let mut flame = FlameOptions::for_profile(&meta, report_opts.weight);
     if let Some(title) = title {
         flame.title = title;
     }
     let now = tarball::now();
+    // Written, and compressed into one segment of the archive (the last one ends it).
+    let archived = |files: &[OutputFile], last: bool| -> Result<Segment> {
+        for (name, bytes) in files {
+            into.write_file(name, bytes)?;
+        }
+        let entries: Vec<tarball::Entry> =
+            files.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
+        Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, last)
+    };
     let write_folded = || -> Result<(Vec<OutputFile>, Segment)> {
         let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded_text(folded)?)];
         for (tid, _, thread) in threads {
             files.push((report::thread_folded_file(*tid).into(), folded_text(thread)?));
         }
-        let entries: Vec<tarball::Entry> =
-            files.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
-        let segment = Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, false)?;
+        let segment = archived(&files, false)?;
         Ok((files, segment))
     };
     let draw = || -> Result<Vec<OutputFile>> {
@@ -492,7 +500,9 @@ fn small_outputs(
     }
     let mut rest = graphs;
     rest.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
-    Ok(SmallOutputs { folded_files, folded_segment, rest, notes, now })
+    let last_segment = archived(&rest, true)?;
+    let written = folded_files.into_iter().chain(rest).map(|(name, _)| name).collect();
+    Ok(SmallOutputs { written, folded_segment, last_segment, notes, now })
 }
 
 /// Frees what a run built (symbol tables, the recording's mapping, the stacks) on a thread of its own, so that the
