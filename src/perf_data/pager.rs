@@ -21,15 +21,16 @@ const STEP: u64 = 1 << 20;
 const LAG: u64 = 4 * STEP;
 
 /// Runs `pass` over `reader`'s records with a paging thread beside it, which `pass` keeps told where it is
-/// ([`Pager::advance`]); `None` if no thread could be started. The thread ends with `pass`, however it ends.
-pub fn with_pager<T>(reader: &PerfDataReader, pass: impl FnOnce(Option<&Pager>) -> T) -> T {
+/// ([`Pager::advance`]). Where no thread can be started, the pass drops the pages itself as it goes (the rule for a
+/// thread that falls behind). The thread ends with `pass`, however it ends.
+pub fn with_pager<T>(reader: &PerfDataReader, pass: impl FnOnce(&Pager) -> T) -> T {
     let pager = Pager::new(reader);
     std::thread::scope(|scope| {
         let thread = std::thread::Builder::new().name("perf-data-pager".into());
-        let started = thread.spawn_scoped(scope, || pager.run()).is_ok();
+        let _ = thread.spawn_scoped(scope, || pager.run());
         // Dropped when `pass` returns or unwinds, before the scope waits for the thread.
         let _finish = Finish(&pager);
-        pass(started.then_some(&pager))
+        pass(&pager)
     })
 }
 
@@ -152,7 +153,6 @@ mod tests {
 
         let mut seen = 0;
         let (paged, during) = with_pager(&reader, |pager| {
-            let pager = pager.expect("a paging thread");
             let read = reader.skim_records(|offset, _| {
                 seen += 1;
                 pager.advance(offset, offset);

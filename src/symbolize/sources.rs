@@ -513,15 +513,17 @@ impl Sources {
 
     /// [`read_jit_file`] of `pid` as it runs now (if it is still the recorded program), its refusal a warning.
     fn read_live_jit_file(&mut self, pid: u32, path: &Path, processes: &Processes) -> Option<Vec<u8>> {
-        let info = self.opts.live.then(|| self.live_process(pid, processes))?;
-        let read = read_jit_file(info.as_ref(), pid, path, self.opts.force_maps);
-        self.warned(read)
+        self.read_live(pid, path, processes, read_jit_file)
     }
 
-    /// [`read_jitdump`] of `pid` as it runs now (if it is still the recorded program), its refusal a warning.
+    /// [`read_jitdump`] of `pid` as it runs now, as [`read_live_jit_file`](Self::read_live_jit_file) reads.
     fn read_live_jitdump(&mut self, pid: u32, path: &Path, processes: &Processes) -> Option<JitDump> {
+        self.read_live(pid, path, processes, read_jitdump)
+    }
+
+    fn read_live<T>(&mut self, pid: u32, path: &Path, processes: &Processes, read: JitFileReader<T>) -> Option<T> {
         let info = self.opts.live.then(|| self.live_process(pid, processes))?;
-        let read = read_jitdump(info.as_ref(), pid, path, self.opts.force_maps);
+        let read = read(info.as_ref(), pid, path, self.opts.force_maps);
         self.warned(read)
     }
 
@@ -538,6 +540,9 @@ struct PrefetchedJitdump {
     read_as: Option<ProcessInfo>,
     dump: Result<Option<JitDump>, String>,
 }
+
+/// [`read_jit_file`] or [`read_jitdump`].
+type JitFileReader<T> = fn(Option<&ProcessInfo>, u32, &Path, bool) -> Result<Option<T>, String>;
 
 /// A perf map or jitdump of process `pid` from the live system: through the process's root while it runs (`info`),
 /// else from the host path (where perf finds maps of processes that are gone), each with the checks of

@@ -329,6 +329,16 @@ impl Symbolizer {
         self.for_each_sample_paced(reader, None, f)
     }
 
+    /// Starts reading the jitdump `record` maps, if it maps one, on a thread of its own: the samples after it will
+    /// want it at once.
+    fn read_jitdump_ahead(&mut self, record: &Record) {
+        if let Record::Mmap(m) = record {
+            if super::address_space::is_jitdump_path(&m.filename) {
+                self.sources.prefetch_jitdump(m.pid, &m.filename);
+            }
+        }
+    }
+
     /// Starts reading what naming `reader`'s first samples will wait for, each on a thread of its own: the kernel's
     /// symbols, and the jitdumps the recording shows mapped before its first sample. Called as soon as the
     /// recording is open, it overlaps them with setting up the stages around naming;
@@ -344,11 +354,10 @@ impl Symbolizer {
         }
         let _first_sample = reader.skim_records(|_, record| match record {
             Skimmed::Sample { .. } => Err(anyhow::anyhow!("the first sample")),
-            Skimmed::Record(Record::Mmap(m)) if super::address_space::is_jitdump_path(&m.filename) => {
-                self.sources.prefetch_jitdump(m.pid, &m.filename);
+            Skimmed::Record(record) => {
+                self.read_jitdump_ahead(&record);
                 Ok(())
             }
-            Skimmed::Record(_) => Ok(()),
         });
     }
 
@@ -430,8 +439,7 @@ impl Symbolizer {
         // mapped: mapping its pages again would cost more than the memory they take.
         let release = reader.header().data.size > RELEASE_ABOVE || reader.following_progress().is_some();
         // Mapping those pages before the pass reads them and dropping them behind it is done on a thread of its
-        // own (see `Pager`); without one, the pass drops them itself.
-        let mut released_to = 0u64;
+        // own (see `Pager`).
         // The lowest place in the file of what waits (records are read in file order, so only a replay changes it).
         let mut lowest_waiting = None;
         let mut pass = |pager: Option<&Pager>| {
@@ -454,12 +462,7 @@ impl Symbolizer {
                     }
                     Skimmed::Record(r) => match replayed_at(&r, last_time) {
                         Some(time) => {
-                            // Read ahead of the replay: the samples after this record will want it at once.
-                            if let Record::Mmap(m) = &r {
-                                if super::address_space::is_jitdump_path(&m.filename) {
-                                    self.sources.prefetch_jitdump(m.pid, &m.filename);
-                                }
-                            }
+                            self.read_jitdump_ahead(&r);
                             last_time = time;
                             latest = latest.max(time);
                             waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });
@@ -470,14 +473,11 @@ impl Symbolizer {
                 }
                 if let Some(pager) = pager {
                     pager.advance(offset, lowest_waiting.unwrap_or(offset));
-                } else if release && offset >= released_to + RELEASE_STEP {
-                    reader.release_data_before(lowest_waiting.unwrap_or(offset));
-                    released_to = offset;
                 }
                 Ok(())
             })
         };
-        let mut read = if release { with_pager(reader, pass) } else { pass(None) }?;
+        let mut read = if release { with_pager(reader, |pager| pass(Some(pager))) } else { pass(None) }?;
         if let Some(p) = pace {
             p.named_up_to(self, true);
         }
