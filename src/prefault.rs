@@ -15,14 +15,19 @@ pub fn for_writing<T>(memory: &mut [T]) {
     if len < WORTH_IT {
         return;
     }
-    // SAFETY: sysconf only reads a system setting.
-    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(1);
+    let page = page_size();
     let (first, end) = (start.next_multiple_of(page), (start + len) / page * page);
     if end > first {
         // SAFETY: the range lies inside `memory`, which this call borrows mutably; populating pages changes no
         // byte of it.
         unsafe { libc::madvise(first as *mut libc::c_void, end - first, libc::MADV_POPULATE_WRITE) };
     }
+}
+
+/// The size of a memory page (4 KB where the system cannot say).
+pub fn page_size() -> usize {
+    // SAFETY: sysconf only reads a system setting.
+    usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok().filter(|&n| n > 0).unwrap_or(4096)
 }
 
 #[cfg(test)]

@@ -160,6 +160,7 @@ fn a_second_run_gives_the_same_outputs() {
 
 /// A run writes over the perf_script.out of the run before (its cached pages cost less than new ones) only when
 /// that is a plain file with no other name: one hard-linked elsewhere is replaced, the other name left as it was.
+/// Where the earlier file already holds what the run writes, those bytes are left as they are; it is dated anew.
 #[test]
 fn an_earlier_script_is_written_over_only_when_no_other_name_holds_it() {
     use std::os::unix::fs::MetadataExt;
@@ -168,12 +169,39 @@ fn an_earlier_script_is_written_over_only_when_no_other_name_holds_it() {
     let script = dir.join("perf_script.out");
     postprocess_ok(&dir, &[]);
     let expected = read(&script);
+    let kept = |run: &PostprocessRun| {
+        let line = run.stderr.lines().find(|l| l.contains("perf_script.out: ") && l.contains(" as the earlier run"));
+        let line = line.unwrap_or_else(|| panic!("no perf_script.out line:\n{}", run.stderr));
+        let of = line.split(", ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse::<usize>().ok());
+        of.unwrap_or_else(|| panic!("unreadable: {line}"))
+    };
+
+    // The same bytes: none written, the time of the file is the run's.
+    let old_date = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    std::fs::File::options().write(true).open(&script).unwrap().set_modified(old_date).unwrap();
+    let same = postprocess_ok(&dir, &["-vv"]);
+    assert_eq!(kept(&same), expected.len(), "{}", same.stderr);
+    assert_eq!(read(&script), expected);
+    assert!(std::fs::metadata(&script).unwrap().modified().unwrap() > old_date, "the file kept its old date");
+
+    // One byte changed in the middle, or the file cut short: written again from there.
+    let mut changed = expected.clone().into_bytes();
+    let middle = changed.len() / 2;
+    changed[middle] ^= 0x20;
+    for earlier in [&changed[..], &expected.as_bytes()[..middle]] {
+        std::fs::write(&script, earlier).unwrap();
+        let run = postprocess_ok(&dir, &["-vv"]);
+        assert!(kept(&run) <= middle, "{}", run.stderr);
+        assert_eq!(read(&script), expected);
+    }
+
     // Longer than what the next run writes: the rest must go.
     let mut longer = expected.clone();
     longer.push_str(&"an earlier run's tail\n".repeat(1000));
     std::fs::write(&script, &longer).unwrap();
     let inode = std::fs::metadata(&script).unwrap().ino();
-    postprocess_ok(&dir, &[]);
+    let run = postprocess_ok(&dir, &["-vv"]);
+    assert_eq!(kept(&run), expected.len(), "{}", run.stderr);
     assert_eq!(std::fs::metadata(&script).unwrap().ino(), inode, "the earlier file was not written over");
     assert_eq!(read(&script), expected);
 

@@ -1,6 +1,7 @@
 //! perf_script.out on disk and in the archive: the writer thread (`writev` straight from the chunks' header
-//! lines and shared stack texts, disk blocks reserved ahead) and the compressor thread (the archive's first
-//! entry, compressed as the chunks come by [`RepeatDeflater`]).
+//! lines and shared stack texts, disk blocks reserved ahead; over an earlier run's file, only from the first byte
+//! that differs) and the compressor thread (the archive's first entry, compressed as the chunks come by
+//! [`RepeatDeflater`]).
 
 use super::sample_sink::Chunk;
 use super::thread_cpu;
@@ -8,10 +9,10 @@ use crate::archive::deflate::RepeatDeflater;
 use crate::archive::tarball::Tarball;
 use anyhow::{bail, Context, Result};
 use std::fs::File;
-use std::io::{IoSlice, Write};
+use std::io::{IoSlice, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::mpsc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 /// The writer thread: perf_script.out on disk; each chunk then goes on to the compressor. At the first chunk,
 /// `first_chunk` may hand over an earlier perf_script.out to write over instead of `file`.
@@ -24,34 +25,112 @@ pub fn write(
 ) -> Result<()> {
     let started = Instant::now();
     let mut first_chunk = Some(first_chunk);
-    let mut written_over = false;
+    let mut earlier: Option<Earlier> = None;
     let mut len = 0u64;
     let mut reserve = Reserve::default();
     let error = || format!("cannot write {}", path.display());
     for chunk in chunks {
-        if let Some(earlier) = first_chunk.take().and_then(|f| f()) {
-            (file, written_over) = (earlier, true);
+        if let Some(over) = first_chunk.take().and_then(|f| f()) {
+            earlier = Some(Earlier::of(&over));
+            file = over;
         }
-        reserve.ahead_of(&file, len + chunk.len as u64);
         let mut slices = Vec::with_capacity(chunk.samples.len() * 2);
         for (header, _, stack) in chunk.samples() {
             slices.push(IoSlice::new(header));
             slices.push(IoSlice::new(&stack.text));
         }
-        write_all_vectored(&mut file, &mut slices).with_context(error)?;
+        let unchanged = match &mut earlier {
+            Some(earlier) => earlier.holds(&file, len, &slices).with_context(error)?,
+            None => false,
+        };
+        if !unchanged {
+            reserve.ahead_of(&file, len + chunk.len as u64);
+            write_all_vectored(&mut file, &mut slices).with_context(error)?;
+        }
         len += chunk.len as u64;
         if done.send(chunk).is_err() {
             // The compressor stopped on an error; it reports it.
             bail!("the perf script compressor stopped");
         }
     }
-    match written_over {
-        // What the earlier run wrote beyond this one's end.
-        true => file.set_len(len).with_context(error)?,
-        false => reserve.release_beyond(&file, len).with_context(error)?,
-    }
-    tracing::debug!("perf_script.out: {len} bytes written in {:.1?} ({})", started.elapsed(), thread_cpu());
+    let kept = match &earlier {
+        Some(earlier) => {
+            // What the earlier run wrote beyond this one's end goes; the file is dated now even where no byte of it
+            // had to change.
+            file.set_len(len).with_context(error)?;
+            file.set_modified(SystemTime::now()).with_context(error)?;
+            earlier.same_until.min(len)
+        }
+        None => {
+            reserve.release_beyond(&file, len).with_context(error)?;
+            0
+        }
+    };
+    tracing::debug!(
+        "perf_script.out: {len} bytes in {:.1?}, {kept} of them as the earlier run wrote them ({})",
+        started.elapsed(),
+        thread_cpu()
+    );
     Ok(())
+}
+
+/// An earlier run's perf_script.out being written over. A run mostly writes what the run before wrote (the same
+/// recording named from the same files), so its bytes are compared before any is written: reading the cached pages
+/// costs less than writing them (no page dirtied, nothing to write to disk later). From the first chunk that
+/// differs on, the rest is written.
+struct Earlier {
+    /// Its length when this run took it.
+    len: u64,
+    /// Bytes from its start known to be what this run writes; `u64::MAX` while it is still being compared.
+    same_until: u64,
+}
+
+impl Earlier {
+    fn of(file: &File) -> Earlier {
+        let len = file.metadata().map_or(0, |m| m.len());
+        Earlier { len, same_until: if len > 0 { u64::MAX } else { 0 } }
+    }
+
+    /// Whether the file holds `slices` at `at` already. At the first chunk that differs (or lies beyond its end),
+    /// the file is positioned at `at` to be written from there on.
+    fn holds(&mut self, file: &File, at: u64, slices: &[IoSlice]) -> std::io::Result<bool> {
+        if self.same_until != u64::MAX {
+            return Ok(false);
+        }
+        let chunk_len: u64 = slices.iter().map(|s| s.len() as u64).sum();
+        if chunk_len == 0 {
+            return Ok(true);
+        }
+        if at + chunk_len <= self.len && Self::compare(file, at, chunk_len, slices).unwrap_or(false) {
+            return Ok(true);
+        }
+        self.same_until = at;
+        let mut file = file;
+        file.seek(SeekFrom::Start(at))?;
+        Ok(false)
+    }
+
+    /// Whether bytes `at..at + len` of `file` are `slices`, read through a mapping of just them (a copy into a
+    /// buffer first cost half the time saved).
+    fn compare(file: &File, at: u64, len: u64, slices: &[IoSlice]) -> std::io::Result<bool> {
+        let page = crate::prefault::page_size() as u64;
+        let page_start = at - at % page;
+        // SAFETY: the file is this process's own: `SetAside::write_over` took it only as a plain file of this user
+        // with no other name, and renamed it into the staging folder. Only root or this user truncating it there
+        // while it is compared could end the run (SIGBUS, as for perf.data: docs/SECURITY.md). The range lies
+        // within the length it had when taken.
+        let map =
+            unsafe { memmap2::MmapOptions::new().offset(page_start).len((at + len - page_start) as usize).map(file)? };
+        let mut held = &map[(at - page_start) as usize..];
+        for slice in slices {
+            let (here, rest) = held.split_at(slice.len());
+            if here != &slice[..] {
+                return Ok(false);
+            }
+            held = rest;
+        }
+        Ok(true)
+    }
 }
 
 /// The compressor thread: perf_script.out as the archive's first entry, compressed as it comes. Returns the
