@@ -14,6 +14,8 @@ pub mod interrupt;
 pub mod perf_data;
 pub mod prefault;
 pub mod procfs;
+#[cfg(test)]
+pub(crate) mod random_inputs;
 pub mod record;
 pub mod repeats;
 pub mod report;

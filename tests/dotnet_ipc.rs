@@ -18,142 +18,34 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use support::dotnet::Dotnet;
 use support::profcpu::{collect, finish_collect, Background, Collected};
-use support::scratch::Scratch;
+use support::scratch::{run_dir, Scratch};
 use support::webapi::OUTPUT_FILES;
 
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The test program: each stdin line names a method to run, and `done <line>` answers once it returned, so the
-/// test knows exactly which methods have been JIT-compiled at each step.
-const APP_SOURCE: &str = r#"
-using System;
-using System.Runtime.CompilerServices;
-public static class App {
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    static long BeforeEnable(int n) { long s = 0; for (int i = 0; i < n; i++) s += i ^ (s >> 3); return s; }
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    static long WhileEnabled(int n) { long s = 1; for (int i = 0; i < n; i++) s += i * 7 ^ (s >> 2); return s; }
-    [MethodImpl(MethodImplOptions.NoInlining)]
-    static long AfterDisable(int n) { long s = 2; for (int i = 0; i < n; i++) s += i * 5 ^ (s >> 1); return s; }
-    // Calls WhileEnabled for `millis` ms: CPU time in a JIT-compiled method of this app.
-    static long Spin(int millis) {
-        long r = 0;
-        var clock = System.Diagnostics.Stopwatch.StartNew();
-        while (clock.ElapsedMilliseconds < millis) r += WhileEnabled(100000);
-        return r;
-    }
-    // `spin MILLIS` on the command line: spin, then exit. Otherwise each stdin line names what to run.
-    public static void Main(string[] args) {
-        Console.WriteLine("ready " + System.Diagnostics.Process.GetCurrentProcess().Id);
-        if (args.Length == 2 && args[0] == "spin") { Spin(int.Parse(args[1])); return; }
-        string line;
-        while ((line = Console.ReadLine()) != null) {
-            long r = 0;
-            switch (line.Trim()) {
-                case "before": r = BeforeEnable(1000); break;
-                case "while": r = WhileEnabled(1000); break;
-                case "after": r = AfterDisable(1000); break;
-                case "spin": r = Spin(3000); break;
-            }
-            Console.WriteLine("done " + line.Trim() + " " + r);
-        }
+/// The test program (`tests/data/dotnet_ipc/App.cs`): each stdin line names a method to run, and `done <line>`
+/// answers once it returned, so the test knows exactly which methods have been JIT-compiled at each step.
+const APP_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dotnet_ipc/App.cs");
+
+/// The runtime of version "8" or "3.1".
+fn runtime(version: &str) -> Dotnet {
+    match version {
+        "8" => Dotnet::V8,
+        "3.1" => Dotnet::V3_1,
+        other => panic!("no .NET {other} here"),
     }
 }
-"#;
 
-fn repo() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// This run's directory under cargo's tmp dir (not under /tmp: a namespaced app has its own). Directories of
-/// earlier runs whose process is gone are removed on first use.
-fn work_root() -> PathBuf {
-    static ROOT: OnceLock<PathBuf> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.strip_prefix("dotnet-ipc-").and_then(|p| p.parse::<u32>().ok()) {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        base.join(format!("dotnet-ipc-{}", std::process::id()))
-    })
-    .clone()
-}
-
-/// The directory holding `dotnet` for version "8" or "3.1" (downloaded once by the repository's script).
+/// The directory holding `dotnet` for version "8" or "3.1".
 fn runtime_dir(version: &str) -> PathBuf {
-    static DIRS: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
-    let dirs = DIRS.get_or_init(Default::default);
-    let mut dirs = dirs.lock().unwrap_or_else(|e| e.into_inner());
-    dirs.entry(version.to_string())
-        .or_insert_with(|| {
-            let out = Command::new("bash")
-                .arg(repo().join("scripts/dotnet-runtime.sh"))
-                .arg(version)
-                .output()
-                .expect("cannot run bash scripts/dotnet-runtime.sh");
-            assert!(
-                out.status.success(),
-                "scripts/dotnet-runtime.sh {version} failed (run scripts/setup-deps.sh first):\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let dir = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-            assert!(dir.join("dotnet").is_file(), "no dotnet in {}", dir.display());
-            dir
-        })
-        .clone()
+    runtime(version).runtime_dir()
 }
 
 /// App.dll compiled by mcs, with a runtimeconfig for `version`, outside /tmp (a namespaced app has its own /tmp).
 fn app_dll(version: &str) -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let built = BUILT.get_or_init(|| {
-        let dir = work_root().join("build");
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("App.cs"), APP_SOURCE).unwrap();
-        let out = Command::new("mcs")
-            .arg(format!("-out:{}", dir.join("App.dll").display()))
-            .arg("-r:System.dll")
-            .arg(dir.join("App.cs"))
-            .output()
-            .expect("cannot run mcs (install mono-mcs: scripts/setup-deps.sh)");
-        assert!(
-            out.status.success(),
-            "mcs failed:\n{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        dir.join("App.dll")
-    });
-    let (tfm, framework) = match version {
-        "8" => ("net8.0", "8.0.0"),
-        "3.1" => ("netcoreapp3.1", "3.1.0"),
-        other => panic!("no runtimeconfig for {other}"),
-    };
-    // Placed once per version: tests run side by side, and a copy rewritten while another test's runtime loads it
-    // reads as "Bad IL format".
-    static PLACED: OnceLock<std::sync::Mutex<std::collections::HashMap<String, PathBuf>>> = OnceLock::new();
-    let placed = PLACED.get_or_init(Default::default);
-    let mut placed = placed.lock().unwrap_or_else(|e| e.into_inner());
-    placed
-        .entry(version.to_string())
-        .or_insert_with(|| {
-            let dir = work_root().join(format!("app-{version}"));
-            std::fs::create_dir_all(&dir).unwrap();
-            std::fs::copy(built, dir.join("App.dll")).unwrap();
-            std::fs::write(
-                dir.join("App.runtimeconfig.json"),
-                format!(r#"{{"runtimeOptions":{{"tfm":"{tfm}","framework":{{"name":"Microsoft.NETCore.App","version":"{framework}"}}}}}}"#),
-            )
-            .unwrap();
-            dir.join("App.dll")
-        })
-        .clone()
+    runtime(version).build_app(Path::new(APP_SOURCE))
 }
 
 /// SIGKILL to a process group we started and to the given processes.
@@ -445,7 +337,7 @@ fn dotnet_core_3_1_is_told_to_restart() {
 fn pause_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = work_root().join("pause");
+        let dir = run_dir("dotnet-ipc").join("pause");
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join("pause.c"), "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n").unwrap();
         let out = Command::new("gcc")
@@ -463,7 +355,7 @@ fn pause_binary() -> &'static Path {
 fn spin_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = work_root().join("spin");
+        let dir = run_dir("dotnet-ipc").join("spin");
         std::fs::create_dir_all(&dir).unwrap();
         let source = "int main(void) { volatile unsigned long n = 0; for (;;) n++; }\n";
         std::fs::write(dir.join("spin.c"), source).unwrap();
@@ -500,7 +392,7 @@ impl FakeTarget {
     }
 
     fn running(name: &str, program: &Path, env: &[(&str, &str)]) -> FakeTarget {
-        let base = work_root().join(format!("fake-{name}"));
+        let base = run_dir("dotnet-ipc").join(format!("fake-{name}"));
         let _ = std::fs::remove_dir_all(&base);
         let root = base.join("root");
         std::fs::create_dir_all(root.join("tmp")).unwrap();

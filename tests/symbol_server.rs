@@ -7,11 +7,13 @@
 mod support;
 
 use profcpu::symbolize::symbol_server::SymbolServers;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
+use support::dotnet::Dotnet;
 use support::profcpu::{finish_collect, Collected};
+use support::scratch::{run_dir, Scratch};
 use support::symbol_server::{
     build_id_of, file_offset, function_names, function_starts, hex, publish, run, split, symbol_address, Serve, Server,
     Split,
@@ -20,30 +22,9 @@ use support::webapi::{parse_perf_script, OUTPUT_FILES};
 
 const TIMEOUT: Duration = Duration::from_secs(2);
 
-/// This run's directory under cargo's tmp dir; directories of earlier runs whose process is gone are removed.
-fn work_root() -> PathBuf {
-    static ROOT: OnceLock<PathBuf> = OnceLock::new();
-    ROOT.get_or_init(|| {
-        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.strip_prefix("symbol-server-").and_then(|p| p.parse::<u32>().ok()) {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        base.join(format!("symbol-server-{}", std::process::id()))
-    })
-    .clone()
-}
-
 /// A fresh directory for one test.
-fn scratch(name: &str) -> PathBuf {
-    let dir = work_root().join(name);
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+fn scratch(name: &str) -> Scratch {
+    Scratch::new(&format!("symbol-server-{name}"))
 }
 
 /// A C program compiled here (`variant` changes its code and so its build-id), split.
@@ -53,7 +34,7 @@ fn c_program(variant: u32) -> &'static Split {
     if let Some((_, split)) = built.iter().find(|(v, _)| *v == variant) {
         return split;
     }
-    let dir = work_root().join(format!("program-{variant}"));
+    let dir = run_dir("symbol-server").join(format!("program-{variant}"));
     std::fs::create_dir_all(&dir).unwrap();
     let source = dir.join("probe.c");
     std::fs::write(
@@ -119,16 +100,9 @@ fn fetches_from_both_layouts_and_caches() {
 #[test]
 fn real_libcoreclr_debug_file_in_the_dotnet_symbol_layout() {
     // .NET Core 3.1's libcoreclr.so still has its symbol table: split it like the libcoreclr.so.dbg of .NET 8.
-    let out = Command::new("bash")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/dotnet-runtime.sh"))
-        .arg("3.1")
-        .output()
-        .expect("cannot run scripts/dotnet-runtime.sh");
-    assert!(out.status.success(), "dotnet-runtime.sh 3.1 failed: {}", String::from_utf8_lossy(&out.stderr));
-    let coreclr = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
-        .join("shared/Microsoft.NETCore.App/3.1.23/libcoreclr.so");
+    let coreclr = Dotnet::V3_1.framework_dir(&Dotnet::V3_1.runtime_dir()).join("libcoreclr.so");
     let dir = scratch("coreclr");
-    let libcoreclr = split(&coreclr, &dir);
+    let libcoreclr = split(&coreclr, &dir.path);
     publish(&dir.join("tree"), "ssqp", &libcoreclr.build_id, &libcoreclr.debug);
     let server = Server::start(Serve::Tree(dir.join("tree")));
     let symbols = servers(&[&server.url], &dir.join("cache"));
@@ -304,7 +278,7 @@ const SPIN_FUNCTION: &str = "profcpu_symbol_server_spin";
 fn spinning_program() -> &'static Split {
     static BUILT: OnceLock<Split> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let dir = work_root().join("spinner");
+        let dir = run_dir("symbol-server").join("spinner");
         std::fs::create_dir_all(&dir).unwrap();
         let source = dir.join("spinner.c");
         std::fs::write(
@@ -324,7 +298,7 @@ fn spinning_program() -> &'static Split {
         run(Command::new("gcc").args(["-g", "-O1", "-Wl,--build-id=sha1", "-o"]).arg(&binary).arg(&source));
         let split = split(&binary, &dir);
         // Not beside the binary, where profcpu would find it (as `spinner.dbg`) without any server.
-        let debug = work_root().join("spinner-debug-file");
+        let debug = run_dir("symbol-server").join("spinner-debug-file");
         std::fs::rename(&split.debug, &debug).unwrap();
         Split { debug, ..split }
     })

@@ -410,13 +410,8 @@ mod tests {
         symlink(f.base.join("outside-secret"), r.join("tmp/h")).unwrap();
         let root = f.root();
         let parts = ["..", ".", "tmp", "up", "s", "h", "app", "lib", "real.so", "outside-secret", "", "x"];
-        let mut state = 0x5eed_0008u64;
-        let mut below = |n: usize| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state % n as u64) as usize
-        };
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0008);
+        let mut below = |n: usize| rng.below(n);
         for _ in 0..2000 {
             let n = 1 + below(6);
             let p: Vec<&str> = (0..n).map(|_| parts[below(parts.len())]).collect();

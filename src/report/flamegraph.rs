@@ -400,7 +400,7 @@ mod drawn_only_tests {
     fn the_cut_lines_draw_the_same_graph() {
         let plain = ["a", "b", "c", "f", "g", "h", "Main", "[k]"];
         let tricky = ["a", "b", "f", "f(int)", "f.x", "f x", "Worker 2", "f1", "f12", "[k]"];
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0xf1a3e);
+        let mut rng = crate::random_inputs::Rng::new(0xf1a3e);
         let mut cut_some = 0;
         for round in 0..300 {
             let mut stacks = std::collections::BTreeMap::new();

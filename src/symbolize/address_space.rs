@@ -281,13 +281,8 @@ mod tests {
     #[test]
     fn random_remaps_leave_what_a_page_model_says() {
         // Pages 0..64 of one space, each owned by the last mapping placed over it (with its file offset).
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut rng = crate::random_inputs::Rng::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move |n: u64| rng.below(n as usize) as u64;
         let mut p = Processes::default();
         let mut model: Vec<Option<(String, u64)>> = vec![None; 64];
         for i in 0..400 {

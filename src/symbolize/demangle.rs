@@ -94,7 +94,7 @@ mod tests {
             b"_ZN4core3fmt5write17h0123456789abcdefE",
             b"_RNvCs1234_7mycrate3foo",
         ];
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0005);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0005);
         for input in rng.inputs(&seeds, 5000) {
             let _ = demangle(&String::from_utf8_lossy(&input));
         }

@@ -127,6 +127,20 @@ impl ElfImage {
     }
 }
 
+/// The segments of `file` that have bytes in it, by address.
+pub fn load_segments<'data, R: ReadRef<'data>>(file: &object::File<'data, R>) -> Vec<LoadSegment> {
+    let mut loads: Vec<LoadSegment> = file
+        .segments()
+        .map(|s| {
+            let (offset, filesz) = s.file_range();
+            LoadSegment { offset, vaddr: s.address(), filesz }
+        })
+        .filter(|s| s.filesz > 0)
+        .collect();
+    loads.sort_by_key(|s| s.vaddr);
+    loads
+}
+
 /// Whether the bytes start like an ELF file (cheap check before parsing; .NET maps many PE files too).
 pub fn is_elf<'data, R: ReadRef<'data>>(data: R) -> bool {
     data.read_bytes_at(0, 4).is_ok_and(|m| m == ELF_MAGIC)
@@ -142,15 +156,7 @@ pub fn inspect<'data, R: ReadRef<'data>>(data: R) -> Result<ElfInfo> {
         .flatten()
         .map(|(name, crc)| (String::from_utf8_lossy(name).into_owned(), crc))
         .filter(|(name, _)| !name.is_empty() && !name.contains('/'));
-    let mut loads: Vec<LoadSegment> = file
-        .segments()
-        .map(|s| {
-            let (offset, filesz) = s.file_range();
-            LoadSegment { offset, vaddr: s.address(), filesz }
-        })
-        .filter(|s| s.filesz > 0)
-        .collect();
-    loads.sort_by_key(|s| s.vaddr);
+    let loads = load_segments(&file);
     let has_symtab_functions = file.symbols().any(|s| is_function(&s));
     Ok(ElfInfo { build_id, debuglink, loads, has_symtab_functions })
 }
@@ -342,7 +348,7 @@ mod tests {
         // The headers and tables of a real ELF, damaged: parsing may fail, but never panic.
         let data = self_exe();
         let head = &data[..data.len().min(64 * 1024)];
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0006);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0006);
         for input in rng.inputs(&[head, b"\x7fELF\x02\x01\x01\0\0\0\0\0\0\0\0\0"], 400) {
             if let Ok(info) = inspect(&input[..]) {
                 let _ = function_symbols(&input[..], SymbolSource::Symtab, &info.loads);

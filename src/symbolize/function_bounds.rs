@@ -440,7 +440,7 @@ mod tests {
         let (eh_frame, hdr, endian, address_size) = locate_eh_frame(&image).unwrap();
         let (offset, size, address) = (eh_frame.offset as usize, eh_frame.size as usize, eh_frame.address);
         let section = &image[offset..offset + size];
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_00e4);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_00e4);
         for input in rng.inputs(&[&section[..section.len().min(8192)]], 300) {
             let _ = fde_ranges(&input, address, endian, address_size);
         }

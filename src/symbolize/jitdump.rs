@@ -679,7 +679,7 @@ mod tests {
         assert!(small.len() < whole.len() / 2, "{} of {} bytes kept", small.len(), whole.len());
         assert!(JitDump::parse(&small).frames().count() > 0, "the prologue was kept");
 
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0012);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0012);
         for input in rng.inputs(&[&whole, &closed], 3000) {
             let (original, Some(copy)) = (JitDump::parse(&input), trimmed(&input)) else { continue };
             let copy = JitDump::parse(&copy);
@@ -697,7 +697,7 @@ mod tests {
     fn random_and_mutated_dumps_never_panic() {
         let mut w = JitDumpWriter::new(9, 0);
         w.load(1, 0x1000, 0x10, "A").moved(2, 0x1000, 0x3000, 0x10).debug_info(3).load(4, 0x1000, 0x20, "B");
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0002);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0002);
         for input in rng.inputs(&[&w.bytes], 3000) {
             let d = JitDump::parse(&input);
             for c in d.codes() {

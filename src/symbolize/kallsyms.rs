@@ -603,7 +603,7 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         let odd = "ffffffff81000010 T b\nffffffff81000000 t a\nffffffff81000010 W b2\nFFFFFFFF81000020 T upper\n\
                    0xffffffff81000030 T prefixed\nffffffff81000000 T a2\n  ffffffff81000040\tT spaced\n\
                    ffffffffffffffff T last\nffffffff8100005 T short\nffffffff81000050 D data\n";
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0004);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0004);
         let mut inputs = vec![live.clone(), shuffled, blocks, odd.to_string(), SAMPLE.to_string()];
         inputs.extend(
             rng.inputs(&[SAMPLE.as_bytes(), odd.as_bytes()], 2000)
@@ -664,7 +664,7 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
 
     #[test]
     fn random_and_mutated_input_never_panics() {
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0003);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0003);
         for input in rng.inputs(&[SAMPLE.as_bytes()], 3000) {
             let text = String::from_utf8_lossy(&input);
             let k = KernelSymbols::parse(&text);
@@ -680,7 +680,7 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
     /// Both ways of finding a newline agree on where the first one is.
     #[test]
     fn the_newline_searches_agree() {
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0004);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0004);
         for input in rng.inputs(&[SAMPLE.as_bytes()], 3000) {
             for chunk in input.chunks_exact(16) {
                 let chunk: &[u8; 16] = chunk.try_into().unwrap();

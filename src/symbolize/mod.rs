@@ -27,8 +27,6 @@ mod proc_info;
 mod prologues;
 mod r2r;
 mod r2r_symbols;
-#[cfg(test)]
-pub(crate) mod random_inputs;
 mod ranges;
 mod sources;
 pub mod symbol_server;

@@ -136,7 +136,7 @@ mod tests {
     #[test]
     fn random_and_mutated_maps_never_panic() {
         let seed = b"00007F3157E57800 28 int64 [App] W::S(int32)[Optimized]\n0x10 0x8 a b\n1000 10 x\n";
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0001);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0001);
         for input in rng.inputs(&[seed], 3000) {
             let m = PerfMap::parse(&input);
             assert!(m.bad_lines <= m.lines);

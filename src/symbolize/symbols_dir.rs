@@ -499,7 +499,7 @@ mod tests {
 
     #[test]
     fn random_and_mutated_index_lines_never_panic() {
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0007);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0007);
         for input in rng.inputs(&[b"dso-0.syms 8:1:1234 deadbeef /odd%25path/lib.so", b"- 0:0:0 - x"], 3000) {
             let _ = parse_dso_line(&String::from_utf8_lossy(&input));
         }

@@ -2,7 +2,7 @@
 //!
 //! | module | job |
 //! |---|---|
-//! | [`scratch`] | per-test folders (kept when the test fails) |
+//! | [`scratch`] | per-test folders (kept when the test fails), the run's folder for what lasts the whole run |
 //! | [`profcpu`] | running the binary (`collect`, `trap`, `postprocess`) and reading what it wrote |
 //! | [`golden`] | the committed golden collection |
 //! | [`fixtures`] | a hand-built awkward profile for the report stage |
@@ -12,7 +12,7 @@
 //! | [`inferno`] | inferno as library and as the CLI users run (missing CLI = failure) |
 //! | [`perf`] | Debian's perf (record, script) as the independent oracle |
 //! | [`busy`] | the recording tests' workload (`examples/busy.rs`) |
-//! | [`running_app`] | a started program that says when it is ready; the CPU lock |
+//! | [`running_app`] | a started program that says when it is ready; the CPU lock; killing a process tree |
 //! | [`dotnet`] | real .NET runtimes (8 and 3.1) and C# programs compiled for them |
 //! | [`webapi`] | the sample web API as a target, on the host or in namespaces |
 //! | [`podman`] | real containers (podman + runc) from local images, the static binary inside them |

@@ -5,14 +5,17 @@
 //! Every container gets a unique name (`profcpu-t-<test pid>-<n>-<role>`) and is removed with `podman rm -f` when its
 //! guard is dropped, also when a test fails; containers that a killed test run left behind are removed at set-up.
 
-use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
+
+use super::running_app::kill_tree;
+use super::webapi::http_get;
 
 /// The sample API's hottest method as the runtime names it. .NET 8.0.4 writes `ComputeDiscountCurv` (one character
 /// short) in both its perf map and jitdump: a formatting bug of its PAL `_vsnprintf_s` when a line exactly fills the
@@ -159,30 +162,6 @@ impl Drop for WorkDir {
     }
 }
 
-/// SIGKILL to a process group we started (load.sh runs wrk under `timeout`, which makes a group of its own, so the
-/// children are listed and killed too).
-fn kill_tree(root: u32) {
-    fn descendants(pid: u32, out: &mut Vec<u32>) {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
-        for task in tasks.flatten() {
-            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-                out.push(child);
-                descendants(child, out);
-            }
-        }
-    }
-    let mut pids = vec![root];
-    descendants(root, &mut pids);
-    // SAFETY: kill(2) on processes this test started; no memory is involved.
-    unsafe {
-        libc::kill(-(root as i32), libc::SIGKILL);
-        for pid in pids {
-            libc::kill(pid as i32, libc::SIGKILL);
-        }
-    }
-}
-
 /// Runs `cmd` to its end, killing it (and failing) when it outlives `work` plus a grace period.
 pub fn run_bounded(mut cmd: Command, work: Duration) -> Output {
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).process_group(0);
@@ -276,17 +255,6 @@ impl Drop for Container {
     fn drop(&mut self) {
         self.remove();
     }
-}
-
-/// One GET on 127.0.0.1; the body, or `None` when nothing answers.
-pub fn http_get(port: u16, path: &str) -> Option<String> {
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes()).ok()?;
-    let mut reply = String::new();
-    stream.read_to_string(&mut reply).ok()?;
-    reply.split_once("\r\n\r\n").map(|(_, body)| body.to_string())
 }
 
 /// The sample web API on .NET 8 in a container of `profcpu-dotnet8`, listening on 127.0.0.1:`port` of the host's

@@ -1,5 +1,6 @@
 //! A program started for a test that says when its measured phase begins (a `ready` line); killed when dropped.
-//! Also the lock that keeps CPU-heavy workloads of one test binary from running at once.
+//! Also the lock that keeps CPU-heavy workloads of one test binary from running at once, and how a started process
+//! tree is killed.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -66,5 +67,30 @@ impl RunningApp {
 impl Drop for RunningApp {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// SIGKILL to a process we started, its process group and every descendant. Descendants are listed before anything
+/// is killed (an orphan would be re-parented out of reach), and separately from the group because some programs
+/// make their own (GNU `timeout`, which load.sh runs wrk under, does).
+pub fn kill_tree(root: u32) {
+    fn descendants(pid: u32, out: &mut Vec<u32>) {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
+        for task in tasks.flatten() {
+            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
+            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
+                out.push(child);
+                descendants(child, out);
+            }
+        }
+    }
+    let mut pids = vec![root];
+    descendants(root, &mut pids);
+    // SAFETY: kill(2) on processes this test started (and their group); no memory is involved.
+    unsafe {
+        libc::kill(-(root as i32), libc::SIGKILL);
+        for pid in pids {
+            libc::kill(pid as i32, libc::SIGKILL);
+        }
     }
 }

@@ -16,6 +16,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::dotnet::Dotnet;
+use super::running_app::kill_tree;
 use super::scratch::Scratch;
 use super::START_TIMEOUT;
 
@@ -63,31 +64,6 @@ pub fn prepared(version: Dotnet) -> &'static Prepared {
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("cannot bind a local port");
     listener.local_addr().unwrap().port()
-}
-
-/// SIGKILL to a process we started, its process group and every descendant. Descendants are listed before anything
-/// is killed (an orphan would be re-parented out of reach), and separately from the group because some programs
-/// make their own (GNU `timeout`, which load.sh runs wrk under, does).
-fn kill_tree(root: u32) {
-    fn descendants(pid: u32, out: &mut Vec<u32>) {
-        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
-        for task in tasks.flatten() {
-            let children = std::fs::read_to_string(task.path().join("children")).unwrap_or_default();
-            for child in children.split_whitespace().filter_map(|c| c.parse().ok()) {
-                out.push(child);
-                descendants(child, out);
-            }
-        }
-    }
-    let mut pids = vec![root];
-    descendants(root, &mut pids);
-    // SAFETY: kill(2) on processes this test started (and their group); no memory is involved.
-    unsafe {
-        libc::kill(-(root as i32), libc::SIGKILL);
-        for pid in pids {
-            libc::kill(pid as i32, libc::SIGKILL);
-        }
-    }
 }
 
 /// The first child of `pid` (the program `unshare --fork` started), waiting for it to appear.

@@ -204,13 +204,9 @@ mod tests {
     use super::super::inflate_segment as inflate;
     use super::*;
 
-    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
-        move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        }
+    fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+        let mut rng = crate::random_inputs::Rng::new(seed);
+        move || rng.next()
     }
 
     /// Records of a header and a "stack" that mostly repeats the previous record's at a shifted offset, some words

@@ -331,13 +331,8 @@ mod tests {
 
     /// Text made of repeated "lines" with random keys, some wrong on purpose.
     fn random_text(seed: u64, lines: usize) -> (Vec<u8>, Vec<Span>) {
-        let mut state = seed;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = crate::random_inputs::Rng::new(seed);
+        let mut next = move || rng.next();
         let pool: Vec<Vec<u8>> = (0..40)
             .map(|i| {
                 let n = (next() % 120) as usize;

@@ -231,13 +231,8 @@ mod tests {
     /// their piece ids), from stacks that repeat near and far, share tails, come and go, shared or not.
     #[test]
     fn stack_texts_round_trip_and_repeats_become_matches() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % n
-        };
+        let mut rng = crate::random_inputs::Rng::new(0x9e37_79b9_7f4a_7c15);
+        let mut next = move |n: u64| rng.below(n as usize) as u64;
         let names: Vec<Arc<str>> = (0..60).map(|i| Arc::from(format!("Namespace.Type{i}::Method{i}(int32)"))).collect();
         let modules: Vec<Arc<str>> = (0..4).map(|i| Arc::from(format!("/usr/lib/lib{i}.so"))).collect();
         let frame = |name: usize, addr: u64| Frame {

@@ -3,9 +3,9 @@
 //! loadable segments (to place a mapping's file offset at a link-time address). Read from the live file, or from
 //! the copy a capture saved (see [`encode`](ModuleCfi::encode) for that format).
 
-use super::super::elf::LoadSegment;
+use super::super::elf::{load_segments, LoadSegment};
 use anyhow::{bail, Context, Result};
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection};
 use std::fs::File;
 use std::ops::Range;
 use std::sync::Arc;
@@ -82,15 +82,7 @@ impl ModuleCfi {
 
     /// The unwind info of a parsed ELF file (from [`read`](Self::read), or an image in memory).
     pub fn from_object<'data, R: object::ReadRef<'data>>(elf: &object::File<'data, R>) -> Result<ModuleCfi> {
-        let mut loads: Vec<LoadSegment> = elf
-            .segments()
-            .map(|s| {
-                let (offset, filesz) = s.file_range();
-                LoadSegment { offset, vaddr: s.address(), filesz }
-            })
-            .filter(|s| s.filesz > 0)
-            .collect();
-        loads.sort_by_key(|s| s.vaddr);
+        let loads = load_segments(elf);
         let range = |name: &str| elf.section_by_name(name).map(|s| s.address()..s.address().saturating_add(s.size()));
         let section = |name: &str| -> Result<Option<CfiSection>> {
             let Some(s) = elf.section_by_name(name) else { return Ok(None) };
@@ -377,7 +369,7 @@ mod tests {
             s.data = Arc::from(&s.data[..s.data.len().min(256)]);
         }
         let bytes = small.encode();
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_0c1f);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0c1f);
         for input in rng.inputs(&[&bytes], 2000) {
             let _ = ModuleCfi::decode(&input);
         }

@@ -312,7 +312,7 @@ mod tests {
 
     #[test]
     fn random_code_never_panics_and_gives_plausible_frames() {
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_f4a3);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_f4a3);
         let seeds: [&[u8]; 3] = [
             &[0x41, 0x57, 0x55, 0x53, 0x48, 0x81, 0xec, 0, 2, 0, 0, 0x48, 0x8b, 0xef],
             &[0x55, 0x53, 0x48, 0x83, 0xec, 0x20, 0x48, 0x8d, 0x6c, 0x24, 0x10, 0x33, 0xc0],
@@ -379,7 +379,7 @@ mod tests {
             assert_eq!(table.lookup(start + size - 1), Some(frame));
             assert_eq!(table.lookup(start + size), None);
         }
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_f4a4);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_f4a4);
         for input in rng.inputs(&[text.as_bytes()], 2000) {
             let (table, _) = JitFrames::parse(&String::from_utf8_lossy(&input));
             for r in table.rules.iter() {

@@ -2,9 +2,10 @@
 //! with the call frame information of the file each address lies in (framehop's DWARF CFI unwinder, with its rule
 //! cache), by frame pointer where a frame has none (JIT code) — except, for a return address in a JIT method whose
 //! frame frame pointers get wrong, by the rule read from its prologue ([`JitFrame`]). Where the copy ends, the
-//! kernel's frame-pointer chain takes over if it passes through the last frame found; where the walk breaks and the
-//! chain does not, the chain alone is kept if it is longer — stack copies never make a stack shorter than frame
-//! pointers give it.
+//! kernel's frame-pointer chain takes over if it passes through the last frame found; where the walk breaks (or
+//! ends at what looks like the outermost frame, sooner than the chain) and the chain does not pass through its last
+//! frame, the chain alone is kept if it is longer — stack copies never make a stack shorter than frame pointers give
+//! it.
 //!
 //! Each address space keeps framehop's rule cache for all its samples; frames at addresses whose CFI framehop cannot
 //! cache as a rule are unwound with a fresh cache instead (see [`uncached`](super::uncached) for why), so a stack's
@@ -98,8 +99,6 @@ struct Walked {
     frames: Vec<u64>,
     /// It reached the outermost frame.
     complete: bool,
-    /// The leaf's return address was guessed (see the walk).
-    guessed_leaf: bool,
 }
 
 /// Frames from which on a walk may be taken from one remembered: the leaf's caller on (its IP and return address
@@ -269,10 +268,13 @@ impl StackWalker {
         stack: &[u8],
         callchain: &[u64],
     ) -> Walk {
-        let Walked { mut frames, complete, guessed_leaf } = self.walk_copy(space, modules, regs, stack);
+        let Walked { mut frames, complete } = self.walk_copy(space, modules, regs, stack);
         let chain = user_part(callchain);
-        // A walk that went through a guessed leaf is trusted to be whole only if the chain is not longer.
-        if complete && (!guessed_leaf || frames.len() >= chain.len()) {
+        // A walk that reached an outermost frame is trusted to be whole only if the chain is not longer: a guessed
+        // leaf, or a zero return address or frame pointer read where a function's rules do not describe its code
+        // (a hand-written helper of a runtime), can end a walk early, and a stack copy must never make a stack
+        // shorter than frame pointers give it.
+        if complete && frames.len() >= chain.len() {
             return Walk { frames, end: WalkEnd::Complete };
         }
         let last = *frames.last().expect("the IP is always there");
@@ -297,9 +299,8 @@ impl StackWalker {
         Walk { frames, end: WalkEnd::Stopped }
     }
 
-    /// The walk through the copy alone: its frames, whether it reached the outermost one, and whether it guessed
-    /// the leaf's return address. Past the leaf, a walk remembered from the same caller state is taken when the
-    /// copy holds what it read (see [`Walks`]).
+    /// The walk through the copy alone: its frames, and whether it reached the outermost one. Past the leaf, a walk
+    /// remembered from the same caller state is taken when the copy holds what it read (see [`Walks`]).
     fn walk_copy(
         &mut self,
         space: (u64, u64),
@@ -327,7 +328,6 @@ impl StackWalker {
         let mut frames = vec![regs.ip];
         let mut state = UnwindRegsX86_64::new(regs.ip, regs.sp, regs.bp);
         let mut address = FrameAddress::InstructionPointer(regs.ip);
-        let mut guessed_leaf = false;
         let complete = loop {
             if frames.len() >= MAX_FRAMES {
                 break false;
@@ -396,7 +396,6 @@ impl StackWalker {
                     // The caller's stack pointer is above the return address; none is above the address space.
                     let Some(caller_sp) = regs.sp.checked_add(8) else { break false };
                     state = UnwindRegsX86_64::new(return_address, caller_sp, regs.bp);
-                    guessed_leaf = true;
                     frames.push(return_address);
                     address = next;
                 }
@@ -408,7 +407,7 @@ impl StackWalker {
             self.walks.put(key, &log[first_read..], &frames[CALLERS_FROM..], complete);
         }
         self.walks.log = log;
-        Walked { frames, complete, guessed_leaf }
+        Walked { frames, complete }
     }
 
     /// Forgets the walks remembered: what they found may no longer hold (the JIT's files were loaded again).
@@ -514,6 +513,27 @@ mod tests {
         let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0 };
         let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &[]);
         // The caller (JIT code, no module: frame pointer, bp 0) is the outermost frame.
+        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5678], end: WalkEnd::Complete });
+    }
+
+    /// Seen once in a thousand stacks of the .NET 8 web API: a walk ended as if at the outermost frame two frames
+    /// in (libc's memcpy, then a helper of libcoreclr's), where the kernel's chain went on for a dozen frames.
+    #[test]
+    fn a_walk_ended_early_never_makes_a_stack_shorter_than_the_chain() {
+        let mut m = hostile(PLAIN, &[]);
+        let stack = words(&[0x5678, 0]);
+        let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0 };
+        // The chain passes through the last frame found: it continues the walk.
+        let through = [CONTEXT_USER, TEXT + 0x10, 0x5678, 0x5300];
+        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &through);
+        assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5678, 0x5300], end: WalkEnd::Joined });
+        // It does not (frame pointers skip a frameless caller): the longer chain stands.
+        let past = [CONTEXT_USER, TEXT + 0x10, 0x5100, 0x5200, 0x5300];
+        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &past);
+        assert_eq!(walk, Walk { frames: past[1..].to_vec(), end: WalkEnd::FramePointers });
+        // A chain no longer than the walk leaves it whole.
+        let short = [CONTEXT_USER, TEXT + 0x10, 0x5100];
+        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &short);
         assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5678], end: WalkEnd::Complete });
     }
 
@@ -809,7 +829,7 @@ mod tests {
         let own = ModuleCfi::read(&std::fs::File::open("/proc/self/exe").unwrap(), None).unwrap().unwrap();
         let text = own.text.clone().unwrap();
         let own = Arc::new(own);
-        let mut rng = crate::symbolize::random_inputs::Rng::new(0x5eed_57ac);
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_57ac);
         let mut walker = StackWalker::default();
         let seed_cfi = eh_frame(PLAIN, &[0x0e, 16]);
         for round in 0..3000u64 {
