@@ -420,7 +420,16 @@ impl Ran {
 }
 
 fn sleeper(seconds: &str) -> Child {
-    Command::new("sleep").arg(seconds).spawn().unwrap()
+    let child = Command::new("sleep").arg(seconds).spawn().unwrap();
+    // `spawn` returns once the exec has begun, but the kernel names the process `sleep` only after waking this one:
+    // a trap started at once could still see the test thread's name (seen in CI on a loaded machine).
+    let comm = format!("/proc/{}/comm", child.id());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::fs::read_to_string(&comm).unwrap_or_default() != "sleep\n" {
+        assert!(Instant::now() < deadline, "{comm} never read `sleep`");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    child
 }
 
 /// Bad input and ends with nothing collected: one clear line, non-zero exit, nothing written. Also the live line
