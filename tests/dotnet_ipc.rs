@@ -29,23 +29,14 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// answers once it returned, so the test knows exactly which methods have been JIT-compiled at each step.
 const APP_SOURCE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/dotnet_ipc/App.cs");
 
-/// The runtime of version "8" or "3.1".
-fn runtime(version: &str) -> Dotnet {
-    match version {
-        "8" => Dotnet::V8,
-        "3.1" => Dotnet::V3_1,
-        other => panic!("no .NET {other} here"),
-    }
-}
-
 /// The directory holding `dotnet` for version "8" or "3.1".
 fn runtime_dir(version: &str) -> PathBuf {
-    runtime(version).runtime_dir()
+    Dotnet::of(version).runtime_dir()
 }
 
 /// App.dll compiled by mcs, with a runtimeconfig for `version`, outside /tmp (a namespaced app has its own /tmp).
 fn app_dll(version: &str) -> PathBuf {
-    runtime(version).build_app(Path::new(APP_SOURCE))
+    Dotnet::of(version).build_app(Path::new(APP_SOURCE))
 }
 
 /// SIGKILL to a process group we started and to the given processes.

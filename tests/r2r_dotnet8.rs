@@ -30,21 +30,12 @@ const WORKLOAD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/r2r/Work
 
 /// The directory holding `dotnet` for `version` ("8" or "3.1").
 fn runtime_dir(version: &str) -> PathBuf {
-    runtime(version).runtime_dir()
-}
-
-/// The runtime of `version`.
-fn runtime(version: &str) -> Dotnet {
-    match version {
-        "8" => Dotnet::V8,
-        "3.1" => Dotnet::V3_1,
-        other => panic!("no .NET {other} here"),
-    }
+    Dotnet::of(version).runtime_dir()
 }
 
 /// `shared/Microsoft.NETCore.App/<version>` of the runtime of `version`.
 fn framework_dir(version: &str) -> PathBuf {
-    runtime(version).framework_dir(&runtime_dir(version))
+    Dotnet::of(version).framework_dir(&runtime_dir(version))
 }
 
 /// Compiles the workload with mcs into `dir` with a runtimeconfig for `tfm`.

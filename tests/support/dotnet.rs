@@ -24,6 +24,14 @@ impl Dotnet {
         }
     }
 
+    /// The runtime the set-up script calls `version` ("8" or "3.1").
+    pub fn of(version: &str) -> Dotnet {
+        [Dotnet::V8, Dotnet::V3_1]
+            .into_iter()
+            .find(|d| d.script_arg() == version)
+            .unwrap_or_else(|| panic!("no .NET {version} here: 8 or 3.1"))
+    }
+
     fn script_arg(self) -> &'static str {
         match self {
             Dotnet::V8 => "8",
