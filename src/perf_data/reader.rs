@@ -453,10 +453,10 @@ impl PerfDataReader {
     /// Maps the data section's pages from `from` to `to` (offsets in it) ahead of their use, in one call instead of
     /// a page fault every 64 KB (see [`Pager`](super::Pager)).
     pub fn map_data(&self, from: u64, to: u64) {
-        const PAGE: usize = 4096;
+        let page = crate::prefault::page_size();
         let at = |offset: u64| self.data_start.saturating_add(usize::try_from(offset).unwrap_or(usize::MAX));
         let data_end = self.data_end.load(Ordering::Acquire);
-        let (start, end) = (at(from) / PAGE * PAGE, at(to).min(data_end));
+        let (start, end) = (at(from) / page * page, at(to).min(data_end));
         if end > start {
             let _ = self.bytes.advise_range(memmap2::Advice::PopulateRead, start, end - start);
         }
@@ -465,10 +465,10 @@ impl PerfDataReader {
     /// Lets the kernel drop this process's copy of the data section's pages before `offset` (they are read again
     /// from the file if needed): a long recording read once need not stay resident.
     pub fn release_data_before(&self, offset: u64) {
-        const PAGE: usize = 4096;
+        let page = crate::prefault::page_size();
         let data_end = self.data_end.load(Ordering::Acquire);
         let end = self.data_start.saturating_add(usize::try_from(offset).unwrap_or(usize::MAX)).min(data_end);
-        let (start, end) = (self.data_start.div_ceil(PAGE) * PAGE, end / PAGE * PAGE);
+        let (start, end) = (self.data_start.div_ceil(page) * page, end / page * page);
         if end > start {
             // SAFETY: a read-only shared mapping of a file: dropped pages come back with the same contents (the
             // file's) on the next access, and nothing here holds a reference into them while the call runs.

@@ -124,7 +124,7 @@ fn plan(opts: &RecordOptions) -> Result<Plan> {
             ring::default_data_pages_for(opts.call_graph.stack_copy_bytes(), opts.mode.records_switches())
         })
         .max(1);
-    let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, ring::page_size());
+    let (call_graph, data_pages, ring_notice) = opts.call_graph.fit_ring(asked_pages, crate::prefault::page_size());
     let switches = match opts.mode.records_switches() && opts.probes.is_none() {
         true => Some(tracepoint::sched_switch(opts.mode.name())?),
         false => None,
@@ -136,7 +136,7 @@ fn plan(opts: &RecordOptions) -> Result<Plan> {
         context_switch: false,
         inherit: !matches!(opts.target, Target::All),
         enable_on_exec: matches!(opts.target, Target::Command(_)),
-        wakeup_bytes: (data_pages.saturating_mul(ring::page_size()) / 2).min(u32::MAX as usize) as u32,
+        wakeup_bytes: (data_pages.saturating_mul(crate::prefault::page_size()) / 2).min(u32::MAX as usize) as u32,
         stack_copy_bytes: call_graph.stack_copy_bytes(),
     };
     let mut specs = Vec::new();

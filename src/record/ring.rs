@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// The largest ring profcpu picks by itself (per CPU): 512 pages = 2 MiB with 4 KiB pages.
 const MAX_DEFAULT_PAGES: usize = 512;
 
-pub use crate::prefault::page_size;
+use crate::prefault::page_size;
 
 /// Data pages per CPU when the user did not choose: as many as `perf_event_mlock_kb` lets an unprivileged user lock
 /// per CPU (the kernel scales that budget by the number of CPUs), a power of two, at most 512.

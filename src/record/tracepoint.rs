@@ -33,7 +33,7 @@ pub fn sched_switch(mode: &str) -> Result<SchedSwitchEvent> {
     crate::perf_data::tracing::SchedSwitchLayout::new(&format)
         .map_err(|e| anyhow::anyhow!("{}: {e:#}", event_dir.join("format").display()))?;
     let source = TracingSource {
-        page_size: super::ring::page_size() as u32,
+        page_size: crate::prefault::page_size() as u32,
         // Optional for perf's reader of the feature; an empty text where tracefs has none.
         header_page: read_text(&dir.join("events/header_page")).unwrap_or_default(),
         header_event: read_text(&dir.join("events/header_event")).unwrap_or_default(),
@@ -92,7 +92,7 @@ pub(super) fn tracing_data(dir: &Path, events: &[(&str, &str)]) -> Result<Tracin
         );
     }
     let source = TracingSource {
-        page_size: super::ring::page_size() as u32,
+        page_size: crate::prefault::page_size() as u32,
         header_page: read_text(&dir.join("events/header_page")).unwrap_or_default(),
         header_event: read_text(&dir.join("events/header_event")).unwrap_or_default(),
     };

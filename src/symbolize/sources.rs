@@ -233,7 +233,7 @@ impl Sources {
         let shown: Arc<str> = Arc::from(format!("/tmp/perf-{nspid}.map"));
         let mut bytes = self.read_captured_jit_file(|c| c.perf_map(pid));
         if bytes.is_none() {
-            bytes = self.read_live_jit_file(pid, Path::new(&*shown), processes);
+            bytes = self.read_live(pid, Path::new(&*shown), processes, read_jit_file);
         }
         let map = PerfMap::parse(&bytes?);
         if map.bad_lines > 0 {
@@ -292,7 +292,7 @@ impl Sources {
             None => {
                 let dump = match self.prefetched_jitdump(pid, path, processes) {
                     Some(prefetched) => prefetched,
-                    None => self.read_live_jitdump(pid, Path::new(&**path), processes),
+                    None => self.read_live(pid, Path::new(&**path), processes, read_jitdump),
                 };
                 (dump?, self.live_procs.get(&pid).is_some_and(|p| p.is_some()))
             }
@@ -511,16 +511,8 @@ impl Sources {
         self.live_process(pid, processes).map_or(pid, |i| i.nspid)
     }
 
-    /// [`read_jit_file`] of `pid` as it runs now (if it is still the recorded program), its refusal a warning.
-    fn read_live_jit_file(&mut self, pid: u32, path: &Path, processes: &Processes) -> Option<Vec<u8>> {
-        self.read_live(pid, path, processes, read_jit_file)
-    }
-
-    /// [`read_jitdump`] of `pid` as it runs now, as [`read_live_jit_file`](Self::read_live_jit_file) reads.
-    fn read_live_jitdump(&mut self, pid: u32, path: &Path, processes: &Processes) -> Option<JitDump> {
-        self.read_live(pid, path, processes, read_jitdump)
-    }
-
+    /// A JIT file of `pid` as it runs now (if it is still the recorded program), read by `read` ([`read_jit_file`]
+    /// or [`read_jitdump`]); its refusal a warning.
     fn read_live<T>(&mut self, pid: u32, path: &Path, processes: &Processes, read: JitFileReader<T>) -> Option<T> {
         let info = self.opts.live.then(|| self.live_process(pid, processes))?;
         let read = read(info.as_ref(), pid, path, self.opts.force_maps);
