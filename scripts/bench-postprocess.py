@@ -3,11 +3,17 @@
 each. The recording depends on --case:
 
   collect      the sample .NET web API under load, `profcpu collect -freq 9999` (>= 30k samples)     (default)
+               with the default `-call-graph auto`: stack copies, which profcpu unwinds through the JIT's code and
+               perf script cannot (it prints one frame for most samples: see the frames-per-sample line)
+  collect-fp   the same with `-call-graph fp`: no stack copies, both tools print the same frame-pointer stacks
   perf-record  the same API recorded by `perf record -g -F 999` (~15k samples) into a folder holding only perf.data:
                both tools name frames live (the API keeps running, its /tmp/perf-PID.map, libcoreclr, kallsyms)
   short        the API, `profcpu collect` of ~1,000 samples: fixed costs dominate
   worst        examples/many_stacks.c (300 functions calling each other at random: nearly every stack distinct),
                `profcpu collect -freq 9999` (~40k samples)
+
+Before the timed runs it prints how many frames a sample has on average in each tool's perf script text, so that a
+comparison of unequal work shows as such.
 
 and the two ways are:
 
@@ -27,7 +33,7 @@ leaves the bytes of perf_script.out that are the same as they are. --cold remove
 before each profcpu run: everything is compressed and written anew, as on a `perf record` folder's first
 postprocess.
 
-Usage: scripts/bench-postprocess.py [--case collect|perf-record|short|worst] [--dotnet 8|3.1] [--runs 3] [--seconds 2] [--freq 9999]
+Usage: scripts/bench-postprocess.py [--case collect|collect-fp|perf-record|short|worst] [--dotnet 8|3.1] [--runs 3] [--seconds 2] [--freq 9999]
                                     [--profcpu BINARY] [--cold] [--dir EXISTING_COLLECTION [--hot FRAME]]
                                     [--keep] [--setup-only]
 """
@@ -150,6 +156,17 @@ def samples_in(run_dir):
     return len(out.splitlines())
 
 
+def frames_per_sample(text):
+    """The mean number of frame lines per sample in perf script text (a binary stream)."""
+    samples = frames = 0
+    for line in text:
+        if line.startswith(b"\t"):
+            frames += 1
+        elif line.strip():
+            samples += 1
+    return frames / max(samples, 1)
+
+
 def record_enough(make, seconds, wanted, tolerance):
     """Records with `make(seconds)` until the sample count is within `tolerance` (a factor) of `wanted`."""
     for _ in range(4):
@@ -163,7 +180,7 @@ def record_enough(make, seconds, wanted, tolerance):
     return run_dir
 
 
-def record(profcpu, work, port, api_pid, seconds, freq):
+def record(profcpu, work, port, api_pid, seconds, freq, call_graph):
     """Collects the API under load; records longer until there are enough samples."""
     env = dict(os.environ, PORT=str(port))
     while True:
@@ -174,7 +191,7 @@ def record(profcpu, work, port, api_pid, seconds, freq):
         try:
             time.sleep(1.5)
             out = subprocess.run([profcpu, "collect", "-pid", str(api_pid), "-duration", str(seconds), "-freq",
-                                  str(freq), "-output", os.path.join(work, "collections")],
+                                  str(freq), "-call-graph", call_graph, "-output", os.path.join(work, "collections")],
                                  check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         finally:
             os.killpg(load.pid, signal.SIGTERM)
@@ -245,7 +262,7 @@ def timed(argv_list, stdout_path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", choices=["collect", "perf-record", "short", "worst"], default="collect")
+    ap.add_argument("--case", choices=["collect", "collect-fp", "perf-record", "short", "worst"], default="collect")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dotnet", choices=["8", "3.1"], default="8", help="the web API's .NET runtime (default 8)")
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -294,8 +311,9 @@ def main():
                 lambda s: collect(args.profcpu, work, ["--", binary, str(s + 5)], s, args.freq), 4, 40000, 1.3)
         else:
             port, api_pid = start_api(args.dotnet)
-            if args.case == "collect":
-                run_dir = record(args.profcpu, work, port, api_pid, args.seconds, args.freq)
+            if args.case in ("collect", "collect-fp"):
+                call_graph = "fp" if args.case == "collect-fp" else "auto"
+                run_dir = record(args.profcpu, work, port, api_pid, args.seconds, args.freq, call_graph)
             elif args.case == "short":
                 run_dir = record_enough(lambda s: under_load(port, s, lambda: collect(
                     args.profcpu, work, ["-pid", str(api_pid)], s, 999)), 0.6, 1000, 1.3)
@@ -321,6 +339,12 @@ def main():
             if not any(w in text for w in wanted):
                 wanted = " or ".join(wanted)
                 die(f"{svg} does not name {wanted}: frames unnamed, the comparison would be unfair")
+        with open(os.path.join(run_dir, "perf_script.out"), "rb") as ours_text:
+            depth_ours = frames_per_sample(ours_text)
+        with subprocess.Popen(["perf", "script", "-i", perf_data], stdout=subprocess.PIPE,
+                              stderr=subprocess.DEVNULL) as perf_script:
+            depth_perf = frames_per_sample(perf_script.stdout)
+        log(f"frames per sample: profcpu {depth_ours:.1f}, perf script {depth_perf:.1f}")
         rows = []
         for i in range(args.runs):
             if args.cold:
@@ -343,6 +367,7 @@ def main():
         archive_mb = os.path.getsize(os.path.join(run_dir, "prof.tar.gz")) / 1e6
         api = f" (.NET {args.dotnet})" if api_pid else ""
         print(f"case {args.case if not args.dir else 'dir'}{api}: perf.data: {n} samples, {size_mb:.1f} MB ({run_dir})")
+        print(f"frames per sample: profcpu {depth_ours:.1f}, perf script {depth_perf:.1f}")
         print(f"profcpu postprocess: median {t_ours * 1e3:.0f} ms (min {min(r[0] for r in rows) * 1e3:.0f}), "
               f"peak RSS {rss_ours / 1024:.1f} MB; writes perf_script.out {script_mb:.0f} MB, "
               f"prof.tar.gz {archive_mb:.1f} MB")
