@@ -16,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let mut offsets = Vec::new();
     let full = reader.for_each_record_at(|offset, record| {
         if let Record::Sample(s) = &record {
-            let _ = reader.event_of(s.id);
+            let _ = &reader.events()[reader.sample_formats().event_index(s.id)];
         }
         offsets.push((offset, record));
         Ok(())

@@ -335,12 +335,6 @@ impl DotnetRuntime {
         }))
     }
 
-    /// Limits connecting and waiting for each reply (default [`DEFAULT_TIMEOUT`]).
-    pub fn with_timeout(mut self, timeout: Duration) -> DotnetRuntime {
-        self.timeout = timeout;
-        self
-    }
-
     pub fn host_pid(&self) -> u32 {
         self.host_pid
     }

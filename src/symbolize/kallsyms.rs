@@ -569,7 +569,7 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         let (table, hidden) = reference_table(text);
         let shown: String = text.chars().take(200).collect();
         assert_eq!(k.hidden, hidden, "{shown:?}");
-        let reference = RangeTable::from_sorted(
+        let reference = RangeTable::from_unsorted(
             table.iter().map(|&(start, end, value)| Range { start, end, value }).collect::<Vec<_>>(),
         );
         let expected = |addr: u64| reference.lookup(addr).map(|r| (r.start, r.end, r.value));

@@ -40,13 +40,6 @@ impl<T> RangeTable<T> {
         RangeTable { ranges }
     }
 
-    /// A table from ranges already in order by start, each non-empty and ending where the next starts or before.
-    pub fn from_sorted(ranges: Vec<Range<T>>) -> Self {
-        debug_assert!(ranges.iter().all(|r| r.end > r.start));
-        debug_assert!(ranges.windows(2).all(|w| w[0].end <= w[1].start));
-        RangeTable { ranges }
-    }
-
     pub fn lookup(&self, addr: u64) -> Option<&Range<T>> {
         let i = self.ranges.partition_point(|r| r.start <= addr);
         let r = self.ranges.get(i.checked_sub(1)?)?;

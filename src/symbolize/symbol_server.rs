@@ -23,7 +23,7 @@
 //! HTTP and HTTPS (rustls with the Mozilla root certificates of `webpki-roots`; no OpenSSL), proxies from
 //! `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`, up to 5 redirects (Microsoft's server redirects to blob storage). The
 //! timeout limits resolving, connecting, the wait for the response headers and any pause in the body; the whole
-//! download is limited separately ([`SymbolServers::with_total_timeout`]). A server that cannot be reached or times
+//! download is limited separately ([`DEFAULT_TOTAL_TIMEOUT`]). A server that cannot be reached or times
 //! out is skipped for the rest of the process; a build-id no server has is not asked for again (and said once). A
 //! second Ctrl+C (which ends the run as soon as `symbols/` is complete, see [`crate::interrupt`]) stops a download.
 
@@ -83,8 +83,6 @@ pub struct SymbolServer {
 pub struct SymbolServers {
     servers: Vec<SymbolServer>,
     cache_dir: PathBuf,
-    timeout: Duration,
-    total_timeout: Duration,
     max_size: u64,
     agent: ureq::Agent,
     /// Build-ids no server had (hex).
@@ -120,8 +118,6 @@ impl SymbolServers {
         let mut servers = SymbolServers {
             servers: Vec::new(),
             cache_dir,
-            timeout,
-            total_timeout: DEFAULT_TOTAL_TIMEOUT,
             max_size: DEFAULT_MAX_SIZE,
             agent: make_agent(timeout, DEFAULT_TOTAL_TIMEOUT),
             misses: Mutex::new(HashSet::new()),
@@ -144,13 +140,6 @@ impl SymbolServers {
                 self.notice(format!("DEBUGINFOD_URLS: {e}; skipped"));
             }
         }
-        self
-    }
-
-    /// Limits a whole download (default [`DEFAULT_TOTAL_TIMEOUT`]).
-    pub fn with_total_timeout(mut self, total: Duration) -> SymbolServers {
-        self.total_timeout = total;
-        self.agent = make_agent(self.timeout, total);
         self
     }
 

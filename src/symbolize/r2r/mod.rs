@@ -97,13 +97,6 @@ pub struct R2rMethod {
     pub is_virtual: Option<bool>,
 }
 
-impl R2rMethod {
-    /// The name without the runtime's `[PreJIT]`/`[PreJit-cold]` tag.
-    pub fn name_without_tier(&self) -> &str {
-        self.name.rsplit_once('[').map_or(&self.name, |(base, _)| base)
-    }
-}
-
 /// One runtime function (code block): `[start, end)` RVAs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CodeRange {
@@ -227,10 +220,6 @@ impl R2rImage {
 
     pub fn machine(&self) -> Machine {
         self.machine
-    }
-
-    pub fn is_composite(&self) -> bool {
-        self.composite
     }
 
     /// The assembly's simple name (`System.Private.CoreLib`); empty for a composite image.
