@@ -23,7 +23,7 @@
 //! HTTP and HTTPS (rustls with the Mozilla root certificates of `webpki-roots`; no OpenSSL), proxies from
 //! `HTTPS_PROXY`/`HTTP_PROXY`/`ALL_PROXY`, up to 5 redirects (Microsoft's server redirects to blob storage). The
 //! timeout limits resolving, connecting, the wait for the response headers and any pause in the body; the whole
-//! download is limited separately ([`DEFAULT_TOTAL_TIMEOUT`]). A server that cannot be reached or times
+//! download is limited separately ([`TOTAL_TIMEOUT`]). A server that cannot be reached or times
 //! out is skipped for the rest of the process; a build-id no server has is not asked for again (and said once). A
 //! second Ctrl+C (which ends the run as soon as `symbols/` is complete, see [`crate::interrupt`]) stops a download.
 
@@ -32,6 +32,7 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -39,9 +40,9 @@ use anyhow::{bail, Context};
 use object::{Object, ObjectSymbol};
 
 /// The largest debug file accepted (libcoreclr.so.dbg of .NET 8 is far below this).
-pub const DEFAULT_MAX_SIZE: u64 = 512 << 20;
-/// The default limit for one whole download.
-pub const DEFAULT_TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
+pub const MAX_SIZE: u64 = 512 << 20;
+/// The limit for one whole download.
+pub const TOTAL_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_REDIRECTS: u32 = 5;
 /// A partial download older than this was left by a run that died (a live one ends within its total timeout).
 const STALE_PARTIAL: Duration = Duration::from_secs(24 * 3600);
@@ -83,14 +84,14 @@ pub struct SymbolServer {
 pub struct SymbolServers {
     servers: Vec<SymbolServer>,
     cache_dir: PathBuf,
-    max_size: u64,
     agent: ureq::Agent,
     /// Build-ids no server had (hex).
     misses: Mutex<HashSet<String>>,
     /// Indexes of servers that could not be reached or timed out.
     down: Mutex<HashSet<usize>>,
-    notices: Mutex<Vec<String>>,
-    cache_ready: std::sync::atomic::AtomicBool,
+    /// How many warnings were logged: a fetch that logged none says once that no server had the file.
+    notices: AtomicUsize,
+    cache_ready: AtomicBool,
 }
 
 impl std::fmt::Debug for SymbolServers {
@@ -118,12 +119,11 @@ impl SymbolServers {
         let mut servers = SymbolServers {
             servers: Vec::new(),
             cache_dir,
-            max_size: DEFAULT_MAX_SIZE,
-            agent: make_agent(timeout, DEFAULT_TOTAL_TIMEOUT),
+            agent: make_agent(timeout, TOTAL_TIMEOUT),
             misses: Mutex::new(HashSet::new()),
             down: Mutex::new(HashSet::new()),
-            notices: Mutex::new(Vec::new()),
-            cache_ready: std::sync::atomic::AtomicBool::new(false),
+            notices: AtomicUsize::new(0),
+            cache_ready: AtomicBool::new(false),
         };
         for url in urls {
             servers.add(url, vec![Layout::Ssqp, Layout::Debuginfod])?;
@@ -143,12 +143,6 @@ impl SymbolServers {
         self
     }
 
-    /// Refuses downloads larger than `bytes` (default [`DEFAULT_MAX_SIZE`]).
-    pub fn with_max_size(mut self, bytes: u64) -> SymbolServers {
-        self.max_size = bytes;
-        self
-    }
-
     /// `$XDG_CACHE_HOME/profcpu/symbols`, else `$HOME/.cache/profcpu/symbols`; `None` without either variable.
     pub fn default_cache_dir() -> Option<PathBuf> {
         let absolute = |v: std::ffi::OsString| Some(PathBuf::from(v)).filter(|p| p.is_absolute());
@@ -164,11 +158,6 @@ impl SymbolServers {
 
     pub fn is_empty(&self) -> bool {
         self.servers.is_empty()
-    }
-
-    /// The warnings issued so far (each also logged), for a run's summary; empties the list.
-    pub fn take_notices(&self) -> Vec<String> {
-        std::mem::take(&mut *self.notices.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The debug file with `build_id`, from the cache or else from the first server that has it; `file_name` (the
@@ -192,7 +181,7 @@ impl SymbolServers {
             return Ok(None);
         }
         self.ensure_cache_dir()?;
-        let notices_before = self.notices.lock().unwrap_or_else(|e| e.into_inner()).len();
+        let notices_before = self.notices.load(Ordering::Relaxed);
         for (index, server) in self.servers.iter().enumerate() {
             for &layout in &server.layouts {
                 if self.down.lock().unwrap_or_else(|e| e.into_inner()).contains(&index) {
@@ -240,7 +229,7 @@ impl SymbolServers {
             }
         }
         // Servers that simply did not have it (404) said nothing yet: one line for the user, who asked for it.
-        if self.notices.lock().unwrap_or_else(|e| e.into_inner()).len() == notices_before && !self.servers.is_empty() {
+        if self.notices.load(Ordering::Relaxed) == notices_before && !self.servers.is_empty() {
             let asked: Vec<&str> = self.servers.iter().map(|s| s.url.as_str()).collect();
             self.notice(format!("no debug file for {file_name} (build-id {id}) on {}", asked.join(", ")));
         }
@@ -263,7 +252,7 @@ impl SymbolServers {
 
     /// Creates the cache (mode 0700) once, and removes downloads that a killed run left half-written.
     fn ensure_cache_dir(&self) -> anyhow::Result<()> {
-        if self.cache_ready.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        if self.cache_ready.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         std::fs::DirBuilder::new()
@@ -287,7 +276,7 @@ impl SymbolServers {
         Ok(())
     }
 
-    /// GETs `url` into `out`, at most `max_size` bytes; returns the size.
+    /// GETs `url` into `out`, at most [`MAX_SIZE`] bytes; returns the size.
     fn download(&self, url: &str, out: &mut File) -> Result<u64, Miss> {
         if crate::interrupt::abort_pending() {
             return Err(Miss::Stopped);
@@ -304,8 +293,8 @@ impl SymbolServers {
             return Err(Miss::Failed(format!("HTTP {status}")));
         }
         let body = response.into_body();
-        if let Some(length) = body.content_length().filter(|&l| l > self.max_size) {
-            return Err(Miss::Failed(format!("announces {length} bytes, more than the {} byte limit", self.max_size)));
+        if let Some(length) = body.content_length().filter(|&l| l > MAX_SIZE) {
+            return Err(Miss::Failed(format!("announces {length} bytes, more than the {MAX_SIZE} byte limit")));
         }
         let mut reader = body.into_reader();
         let mut buffer = vec![0u8; 256 << 10];
@@ -321,8 +310,8 @@ impl SymbolServers {
                 return Err(Miss::Stopped);
             }
             total += n as u64;
-            if total > self.max_size {
-                return Err(Miss::Failed(format!("sent more than the {} byte limit; download stopped", self.max_size)));
+            if total > MAX_SIZE {
+                return Err(Miss::Failed(format!("sent more than the {MAX_SIZE} byte limit; download stopped")));
             }
             out.write_all(&buffer[..n]).map_err(|e| Miss::Failed(format!("cannot write to the cache: {e}")))?;
         }
@@ -332,7 +321,7 @@ impl SymbolServers {
 
     fn notice(&self, message: String) {
         tracing::warn!("symbol server: {message}");
-        self.notices.lock().unwrap_or_else(|e| e.into_inner()).push(message);
+        self.notices.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -448,7 +437,7 @@ mod tests {
                 SymbolServer { url: "http://b.example".into(), layouts: vec![Layout::Debuginfod] },
             ]
         );
-        assert_eq!(servers.take_notices().len(), 2);
+        assert_eq!(servers.notices.load(Ordering::Relaxed), 2);
         assert!(SymbolServers::new(&["ftp://x".into()], dir.clone(), Duration::from_secs(1)).is_err());
         assert!(SymbolServers::new(&["http://".into()], dir, Duration::from_secs(1)).is_err());
     }
