@@ -4,7 +4,8 @@
 profcpu compresses the two large entries of prof.tar.gz with encoders of its own (src/archive/deflate/):
 perf_script.out with RepeatDeflater (matches from the repeat hints of the report stage, no search) and perf.data with
 EchoDeflater (matches from the stack-copy echoes perf_data::echoes finds, one hash probe elsewhere). This runs
-`profcpu -vv postprocess -dir DIR` RUNS times and takes, for each of the two, the compressed size and the least thread
+`profcpu -vv postprocess -dir DIR` RUNS times (each after removing DIR/prof.tar.gz, which the run writes again, so
+that perf.data is compressed anew and not copied from it) and takes, for each of the two, the compressed size and the least thread
 CPU time of its encoder thread (for perf.data that includes reading the file); then compresses the same two files with
 flate2 on its zlib-rs backend at level 1 (scripts/codec-compare, built on first use; in memory, reading not counted)
 and prints both side by side.
@@ -37,6 +38,10 @@ def main():
 
     ours = {}
     for _ in range(args.runs):
+        # Without the earlier archive, perf.data's entry is compressed anew rather than copied from it.
+        archive = os.path.join(args.dir, "prof.tar.gz")
+        if os.path.exists(archive):
+            os.unlink(archive)
         out = subprocess.run([args.profcpu, "-vv", "postprocess", "-dir", args.dir], stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, check=True).stderr
         for m in LINE.finditer(out):
