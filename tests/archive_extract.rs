@@ -1,12 +1,14 @@
 //! prof.tar.gz: what a real run packs is listed by the real `tar tzf` with relative paths and extracted
-//! identically by `tar xzf` and by `archive::extract_safe`; `extract_safe` refuses each kind of hostile archive
-//! with one clear error line and writes nothing.
+//! identically by `tar xzf` and by `archive::extract_into` (what `postprocess -dir X.tar.gz` extracts with); it
+//! refuses each kind of hostile archive with one clear error line and writes nothing.
 
 mod support;
 
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use profcpu::archive;
+use std::fs::File;
+use std::os::fd::AsFd;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use support::busy::Busy;
@@ -14,6 +16,13 @@ use support::golden::golden_copy;
 use support::profcpu::{finish_collect, plain_tar_extract, postprocess_ok, tar_list, tree};
 use support::scratch::Scratch;
 use tar::{EntryType, Header};
+
+/// `archive` extracted into `dest` (made if missing) as `postprocess -dir X.tar.gz` does once it has opened both.
+fn extract(archive: &Path, dest: &Path) -> anyhow::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(dest)?;
+    let (file, folder) = (File::open(archive)?, File::open(dest)?);
+    archive::extract_into(&file, &archive.display().to_string(), folder.as_fd(), dest)
+}
 
 /// Every file (with content) and symlink (with target) below `root`, sorted.
 fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
@@ -23,7 +32,7 @@ fn snapshot(root: &Path) -> Vec<(PathBuf, String)> {
         .collect()
 }
 
-/// The prof.tar.gz a real `postprocess` writes lists relative paths only, and GNU tar and `extract_safe` unpack
+/// The prof.tar.gz a real `postprocess` writes lists relative paths only, and GNU tar and `extract_into` unpack
 /// the same tree from it: the folder it was made from.
 #[test]
 fn a_real_archive_lists_relative_paths_and_extracts_identically() {
@@ -43,7 +52,7 @@ fn a_real_archive_lists_relative_paths_and_extracts_identically() {
     let by_tar = scratch.join("by-tar");
     plain_tar_extract(&tarball, &by_tar);
     let by_us = scratch.join("by-us");
-    let extracted = archive::extract_safe(&tarball, &by_us).unwrap();
+    let extracted = extract(&tarball, &by_us).unwrap();
     assert_eq!(extracted.len(), listed.len());
     let original = snapshot(&src);
     assert_eq!(snapshot(&by_tar), original);
@@ -122,7 +131,7 @@ const SYMLINK: EntryType = EntryType::Symlink;
 const HARDLINK: EntryType = EntryType::Link;
 
 #[test]
-fn extract_safe_refuses_each_hostile_archive_with_one_clear_error() {
+fn extraction_refuses_each_hostile_archive_with_one_clear_error() {
     let tmp = Scratch::new(concat!("archive-", "hostile"));
     let cases: Vec<(&str, Vec<Entry>, &str)> = vec![
         ("absolute", vec![("/tmp/profcpu-evil", FILE, "", "x")], "entry \"/tmp/profcpu-evil\": absolute path"),
@@ -160,7 +169,7 @@ fn extract_safe_refuses_each_hostile_archive_with_one_clear_error() {
     for (name, entries, expected) in cases {
         let archive_path = tarball(&tmp.path, &format!("{name}.tar.gz"), &entries);
         let dest = tmp.path.join(format!("{name}-out"));
-        let err = archive::extract_safe(&archive_path, &dest).unwrap_err();
+        let err = extract(&archive_path, &dest).unwrap_err();
         let message = format!("{err:#}");
         assert!(message.starts_with("refusing to extract "), "{name}: {message}");
         assert!(message.contains(expected), "{name}: expected {expected:?} in {message:?}");
@@ -171,7 +180,7 @@ fn extract_safe_refuses_each_hostile_archive_with_one_clear_error() {
 }
 
 #[test]
-fn extract_safe_accepts_a_good_archive_with_in_tree_links() {
+fn extraction_accepts_a_good_archive_with_in_tree_links() {
     let tmp = Scratch::new(concat!("archive-", "good"));
     let archive_path = tarball(
         &tmp.path,
@@ -185,7 +194,7 @@ fn extract_safe_accepts_a_good_archive_with_in_tree_links() {
         ],
     );
     let dest = tmp.path.join("out");
-    let extracted = archive::extract_safe(&archive_path, &dest).unwrap();
+    let extracted = extract(&archive_path, &dest).unwrap();
     assert_eq!(extracted.len(), 4);
     assert_eq!(std::fs::read_to_string(dest.join("symbols/.build-id/ab/cd.debug")).unwrap(), "ELF");
     assert_eq!(std::fs::read_to_string(dest.join("symbols/same.so")).unwrap(), "ELF");
@@ -193,7 +202,7 @@ fn extract_safe_accepts_a_good_archive_with_in_tree_links() {
 }
 
 #[test]
-fn extract_safe_never_writes_through_what_is_already_on_disk() {
+fn extraction_never_writes_through_what_is_already_on_disk() {
     let tmp = Scratch::new(concat!("archive-", "planted"));
     let elsewhere = tmp.path.join("elsewhere");
     std::fs::create_dir_all(&elsewhere).unwrap();
@@ -205,21 +214,21 @@ fn extract_safe_never_writes_through_what_is_already_on_disk() {
     symlink(elsewhere.join("target.txt"), dest.join("metadata.txt")).unwrap();
 
     let through_dir = tarball(&tmp.path, "a.tar.gz", &[("symbols/libx.so", FILE, "", "evil")]);
-    let err = format!("{:#}", archive::extract_safe(&through_dir, &dest).unwrap_err());
+    let err = format!("{:#}", extract(&through_dir, &dest).unwrap_err());
     assert!(err.contains("symlink is in the way"), "{err}");
     assert!(!elsewhere.join("libx.so").exists());
 
     let onto_file = tarball(&tmp.path, "b.tar.gz", &[("metadata.txt", FILE, "", "evil")]);
-    let err = format!("{:#}", archive::extract_safe(&onto_file, &dest).unwrap_err());
+    let err = format!("{:#}", extract(&onto_file, &dest).unwrap_err());
     assert!(err.contains("already exists"), "{err}");
     assert_eq!(std::fs::read_to_string(elsewhere.join("target.txt")).unwrap(), "keep me");
 }
 
 #[test]
-fn extract_safe_rejects_files_that_are_not_archives() {
+fn extraction_rejects_files_that_are_not_archives() {
     let tmp = Scratch::new(concat!("archive-", "garbage"));
     let path = tmp.path.join("prof.tar.gz");
     std::fs::write(&path, b"this is not gzip").unwrap();
-    let err = format!("{:#}", archive::extract_safe(&path, &tmp.path.join("out")).unwrap_err());
+    let err = format!("{:#}", extract(&path, &tmp.path.join("out")).unwrap_err());
     assert!(err.starts_with("refusing to extract") && !err.contains('\n'), "{err}");
 }

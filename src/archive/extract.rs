@@ -9,7 +9,6 @@
 //! (see [`MAX_UNPACKED_FILE`] and the constants after it) or to more than the free space where it goes: a
 //! compression bomb (a few MB of gzip that unpack to GBs of zeros) must not fill the disk.
 
-use crate::fs::{input, Limit};
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::read::GzDecoder;
 use nix::errno::Errno;
@@ -230,13 +229,7 @@ fn bytes(n: u64) -> String {
     }
 }
 
-/// Refuses to unpack `total` bytes into `dest` when they do not fit in its file system's free space.
-fn check_free_space(dest: &Path, total: u64) -> Result<()> {
-    let Ok(stat) = nix::sys::statvfs::statvfs(dest) else { return Ok(()) };
-    enough_space(&stat, dest, total)
-}
-
-/// [`check_free_space`] of a folder already open.
+/// Refuses to unpack `total` bytes into the open folder `dest` when they do not fit in its file system's free space.
 fn check_free_space_at(dest: BorrowedFd, shown: &Path, total: u64) -> Result<()> {
     let Ok(stat) = nix::sys::statvfs::fstatvfs(dest) else { return Ok(()) };
     enough_space(&stat, shown, total)
@@ -273,24 +266,11 @@ enum Planned {
     },
 }
 
-/// Extracts `archive` (a .tar.gz) into `dest` (created if missing), refusing hostile content with one error line
-/// that names the entry and the problem. Nothing is written unless the whole archive passes the checks (also of
-/// size: it must fit the limits above and the free space). Existing files are never overwritten. Returns the
-/// extracted paths (relative to `dest`).
-pub fn extract_safe(archive: &Path, dest: &Path) -> Result<Vec<PathBuf>> {
-    let name = archive.display().to_string();
-    // A regular file only: a FIFO named like an archive would block the read forever.
-    let (file, _) = input::open_path(archive, Limit::NONE)
-        .map_err(|e| anyhow!("refusing to extract {name}: {}", e.explain(archive)))?;
-    let (plan, unpacked) = plan_extraction(&file).map_err(|e| anyhow!("refusing to extract {name}: {e:#}"))?;
-    std::fs::create_dir_all(dest).with_context(|| format!("creating {}", dest.display()))?;
-    check_free_space(dest, unpacked).map_err(|e| anyhow!("refusing to extract {name}: {e:#}"))?;
-    let root = open_dir_nofollow(None, dest.as_os_str()).with_context(|| format!("opening {}", dest.display()))?;
-    extract_planned(&file, &name, plan, root)
-}
-
-/// [`extract_safe`] from an archive already opened (a regular file) into a folder already opened (`dest`, which
-/// the caller made and holds: nothing is looked up by its path; `shown` names it in messages).
+/// Extracts `archive` (a .tar.gz, opened as a regular file) into `dest` (a folder the caller made and holds: nothing
+/// is looked up by its path; `shown` names it in messages), refusing hostile content with one error line that names
+/// the entry and the problem. Nothing is written unless the whole archive passes the checks (also of size: it must
+/// fit the limits above and the free space). Existing files are never overwritten. Returns the extracted paths
+/// (relative to `dest`).
 pub fn extract_into(archive: &File, name: &str, dest: BorrowedFd, shown: &Path) -> Result<Vec<PathBuf>> {
     let (plan, unpacked) = plan_extraction(archive).map_err(|e| anyhow!("refusing to extract {name}: {e:#}"))?;
     check_free_space_at(dest, shown, unpacked).map_err(|e| anyhow!("refusing to extract {name}: {e:#}"))?;

@@ -10,4 +10,4 @@ pub mod deflate;
 pub mod extract;
 pub mod tarball;
 
-pub use extract::{extract_into, extract_safe};
+pub use extract::extract_into;
