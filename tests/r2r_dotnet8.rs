@@ -1,8 +1,9 @@
 //! The ReadyToRun decoder checked against the .NET runtime itself.
 //!
 //! * .NET 8: the runtime logs every precompiled method it starts using as a `[PreJIT]` jitdump record (address,
-//!   size, its own name). Each address is turned into an RVA through the process's /proc/PID/maps with `rva_of`,
-//!   looked up in our decoder of the image file, and compared: same entry point, same size, same name.
+//!   size, its own name). Each address is turned into an RVA through the process's /proc/PID/maps (the mapping's
+//!   file offset, then the image's sections), looked up in our decoder of the image file, and compared: same entry
+//!   point, same size, same name.
 //! * .NET Core 3.1 writes no jitdump: CPU samples taken with `perf record` in System.Private.CoreLib (R2R format
 //!   major 3) must resolve to named methods, and the methods the workload is known to run must be among them.
 //! * Hostile input: mutated real images parse and name without panicking.
@@ -17,7 +18,7 @@ mod dotnet;
 mod scratch;
 
 use dotnet::Dotnet;
-use profcpu::symbolize::parsers::{rva_of, CodePart, FileMapping, JitDump, R2rImage, R2rMap, R2rMethod};
+use profcpu::symbolize::parsers::{CodePart, JitDump, R2rImage, R2rMap, R2rMethod};
 use scratch::Scratch;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -106,6 +107,21 @@ impl Drop for Target {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// One mapping of a file in /proc/PID/maps.
+struct FileMapping {
+    start: u64,
+    end: u64,
+    /// Offset in the file of the byte mapped at `start`.
+    file_offset: u64,
+}
+
+/// The RVA `ip` executes in `image`, mapped by `mappings`: its file offset through the mapping that holds it, as
+/// the symbolizer computes it from a recording's MMAP2 records, then the image's section table.
+fn rva_of(ip: u64, mappings: &[FileMapping], image: &R2rImage) -> Option<u32> {
+    let m = mappings.iter().find(|m| m.start <= ip && ip < m.end)?;
+    image.rva_of_file_offset(m.file_offset + (ip - m.start))
 }
 
 /// Mappings of every `.dll` in /proc/PID/maps, by path.
@@ -199,7 +215,7 @@ fn prejit_entries_of_dotnet8_match_the_decoder() {
     for code in jitdump.codes().iter().filter(|c| c.name.ends_with("[PreJIT]")) {
         let found = mappings.iter().find_map(|(path, maps)| {
             let image = images.get(path)?;
-            let rva = rva_of(code.start, maps, image.sections())?;
+            let rva = rva_of(code.start, maps, image)?;
             Some((path, rva, image.lookup(rva)))
         });
         let Some((path, rva, method)) = found else {
@@ -317,7 +333,7 @@ fn dotnet31_corelib_samples_resolve_to_methods() {
     for line in text.lines().filter(|l| l.contains("System.Private.CoreLib.dll")) {
         let ip = u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap();
         samples += 1;
-        let Some(rva) = rva_of(ip, &mappings[corelib_path], image.sections()) else { continue };
+        let Some(rva) = rva_of(ip, &mappings[corelib_path], image) else { continue };
         if let Some(method) = image.lookup(rva) {
             assert!(method.start <= rva && rva < method.start + method.len);
             named += 1;

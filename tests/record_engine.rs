@@ -111,7 +111,12 @@ fn a_busy_process_is_sampled_in_its_known_function_and_only_its_threads() {
     assert!(rec.records.iter().any(|r| matches!(r, Record::FinishedRound)));
 
     let attr = &rec.reader.events()[0].attr;
-    assert_eq!(attr.clockid(), Some(libc::CLOCK_MONOTONIC));
+    // The attr as the kernel's `perf_event_attr`, read from its bytes as perf does (not through profcpu's decoder).
+    let mut raw = perf_event_open_sys::bindings::perf_event_attr::default();
+    let n = attr.bytes().len().min(std::mem::size_of_val(&raw));
+    // SAFETY: perf_event_attr is plain integers; `n` bytes fit in it and come from the slice.
+    unsafe { std::ptr::copy_nonoverlapping(attr.bytes().as_ptr(), &mut raw as *mut _ as *mut u8, n) };
+    assert_eq!((raw.use_clockid(), raw.clockid), (1, libc::CLOCK_MONOTONIC));
     assert!(attr.is_freq() && attr.sample_freq_or_period() == 199);
 
     let f = rec.reader.features();

@@ -265,7 +265,7 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
             Ok(())
         })
         .unwrap();
-    assert!(summary.warnings.is_empty(), "{:?}", summary.warnings);
+    assert!(summary.stats.warnings.is_empty(), "{:?}", summary.stats.warnings);
     assert_eq!((summary.perf_maps, summary.jitdumps), (1, 0));
     assert_eq!(summary.stats.samples, live.len() as u64);
     eprintln!(

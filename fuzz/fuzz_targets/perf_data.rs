@@ -11,7 +11,7 @@ fuzz_target!(|data: &[u8]| {
     let Ok(reader) = PerfDataReader::from_file(&file, Path::new("fuzz.perf.data")) else { return };
     let _ = (reader.warnings(), reader.features(), reader.header());
     for event in reader.events() {
-        let _ = (event.attr.sample_format(), event.attr.event_name(), event.attr.clockid(), event.attr.is_freq());
+        let _ = (event.attr.sample_format(), event.attr.event_name(), event.attr.is_freq());
     }
     let mut offsets = Vec::new();
     let full = reader.for_each_record_at(|offset, record| {

@@ -13,7 +13,7 @@ fuzz_target!(|data: &[u8]| {
     let attr_len = 64 + take.u8() as usize;
     let Ok(attr) = Attr::from_bytes(take.bytes(attr_len).to_vec()) else { return };
     let format = attr.sample_format();
-    let _ = (attr.event_name(), attr.clockid(), format.sample_id_size());
+    let _ = (attr.event_name(), format.sample_id_size());
     // Formats whose every field the encoder writes back.
     let round_trips = format.sample_type & (SAMPLE_READ | SAMPLE_RAW | SAMPLE_BRANCH_STACK) == 0;
     let mut records = take.rest();

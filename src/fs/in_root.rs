@@ -69,11 +69,6 @@ impl Root {
         Root { fd: Arc::new(fd), shown }
     }
 
-    /// Where this root is, for messages.
-    pub fn path(&self) -> &Path {
-        &self.shown
-    }
-
     /// `path` (as the target sees it) as a host path, for messages only: never open it.
     pub fn shown(&self, path: &Path) -> PathBuf {
         if self.shown == Path::new("/") {

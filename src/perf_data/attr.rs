@@ -107,6 +107,7 @@ impl Attr {
     }
 
     /// The clock of sample times: `Some(clockid)` with `use_clockid`, else `None` (perf_clock).
+    #[cfg(test)]
     pub fn clockid(&self) -> Option<i32> {
         (self.fields.0.use_clockid() != 0).then_some(self.fields.0.clockid)
     }

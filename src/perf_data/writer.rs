@@ -9,7 +9,7 @@ use crate::fs::Dir;
 use anyhow::{Context, Result};
 use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -40,15 +40,6 @@ impl PerfDataWriter {
         let data_offset = FILE_HEADER_SIZE + attr_entry_size(&events) * events.len() as u64;
         let progress = Arc::new(WriteProgress::default());
         Ok(PerfDataWriter { out, path, events, format, data_offset, data_size: 0, progress })
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// The sample layout of the first event; synthesized records use it for their `sample_id` trailer.
-    pub fn sample_format(&self) -> SampleFormat {
-        self.format
     }
 
     /// Sample ids of file descriptors opened after `create` (e.g. for threads found later).
@@ -94,6 +85,7 @@ impl PerfDataWriter {
     }
 
     /// How the events' samples are laid out (with the ids known so far).
+    #[cfg(test)]
     pub fn sample_formats(&self) -> super::SampleFormats {
         super::SampleFormats::of(&self.events)
     }

@@ -128,6 +128,7 @@ pub enum Lookup {
 }
 
 impl Lookup {
+    #[cfg(test)]
     pub fn runtime(self) -> Option<DotnetRuntime> {
         match self {
             Lookup::Found(runtime) => Some(runtime),
@@ -337,11 +338,6 @@ impl DotnetRuntime {
 
     pub fn host_pid(&self) -> u32 {
         self.host_pid
-    }
-
-    /// The PID inside the target's PID namespace: the one in its file names.
-    pub fn nspid(&self) -> u32 {
-        self.nspid
     }
 
     /// The runtime version from libcoreclr.so's directory (`8.0.4`), when it is mapped from a shared framework.

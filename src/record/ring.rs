@@ -97,10 +97,6 @@ impl RingBuffer {
         Ok(RingBuffer { base, map_len, data_offset, data_size, tail })
     }
 
-    pub fn data_size(&self) -> usize {
-        self.data_size
-    }
-
     fn control(&self, field_offset: usize) -> &AtomicU64 {
         // SAFETY: data_head/data_tail are 8-byte aligned u64 fields of the mapped metadata page, shared with the
         // kernel, so they are only accessed atomically.

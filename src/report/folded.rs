@@ -38,7 +38,6 @@ pub struct Folded {
     time_by_frame: Vec<TimeByFrame>,
     /// With [`Weight::Time`]: the frame names whose time is mostly off the CPU (drawn in cold colours).
     off_cpu_names: HashSet<String>,
-    event: Option<String>,
 }
 
 /// Time spent at one frame: on the CPU with it as the leaf, or off the CPU waiting in it (see [`waiting_frame`]).
@@ -119,11 +118,6 @@ impl Folded {
     /// a thread's start) takes the colour of most of its time.
     pub fn is_mostly_off_cpu(&self, name: &str) -> bool {
         self.off_cpu_names.contains(name)
-    }
-
-    /// The event whose samples were folded (up to its first `:`), `None` when there were no samples.
-    pub fn event(&self) -> Option<&str> {
-        self.event.as_deref()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -279,7 +273,7 @@ impl Folder {
             namer,
             slots,
             counts,
-            filter,
+            filter: _,
             folded_samples,
             input_samples,
             leaf_samples,
@@ -343,16 +337,6 @@ impl Folder {
             .filter(|&id| namer.kind(id).is_some() && name_time[id as usize][1] > name_time[id as usize][0])
             .map(|id| namer.name(id).to_string())
             .collect();
-        Folded {
-            stacks,
-            kinds,
-            total,
-            samples: folded_samples,
-            input_samples,
-            leaves,
-            time_by_frame,
-            off_cpu_names,
-            event: filter.event(),
-        }
+        Folded { stacks, kinds, total, samples: folded_samples, input_samples, leaves, time_by_frame, off_cpu_names }
     }
 }

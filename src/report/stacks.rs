@@ -256,10 +256,6 @@ impl EventFilter {
     }
 
     /// The event kept, once one sample was seen (or one was given).
-    pub(crate) fn event(self) -> Option<String> {
-        self.wanted
-    }
-
     pub(crate) fn event_ref(&self) -> Option<&str> {
         self.wanted.as_deref()
     }

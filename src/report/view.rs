@@ -48,10 +48,6 @@ impl Viewer {
         }
     }
 
-    pub fn view(&self) -> &View {
-        &self.view
-    }
-
     /// Shows the sample as the view does (its frames as the view leaves them); false when the view leaves it out.
     pub fn apply(&mut self, sample: &mut ResolvedSample) -> bool {
         if !self.view.selects(sample) {

@@ -102,7 +102,6 @@ pub struct CaptureSummary {
     /// Bytes of every file in the symbols directory.
     pub bytes: u64,
     pub finish_time: std::time::Duration,
-    pub warnings: Vec<String>,
 }
 
 /// What the capture has ready for a namer that names the samples while the recording goes on ([`LiveNaming`]).
@@ -140,7 +139,6 @@ pub struct Capture {
     /// Mapped files to open while their process lives.
     to_open: Vec<(u32, Arc<FileId>)>,
     tried: HashSet<Arc<FileId>>,
-    warnings: Vec<String>,
     warned: HashSet<String>,
 }
 
@@ -161,7 +159,6 @@ impl Capture {
             processes: Processes::default(),
             to_open: Vec::new(),
             tried: HashSet::new(),
-            warnings: Vec::new(),
             warned: HashSet::new(),
         };
         for &pid in pids {
@@ -399,8 +396,6 @@ impl Capture {
         let usage = symbolizer.take_usage().unwrap_or_default();
         symbols_dir::write_usage(&self.dir, &usage)?;
         let bytes = dir_size(&self.dir);
-        let mut warnings = self.warnings;
-        warnings.extend(stats.warnings.iter().cloned());
         Ok(CaptureSummary {
             stats,
             dir: self.dir,
@@ -409,7 +404,6 @@ impl Capture {
             dsos: usage.dsos.len(),
             bytes,
             finish_time: started.elapsed(),
-            warnings,
         })
     }
 
@@ -454,7 +448,6 @@ impl Capture {
     fn warn(&mut self, msg: String) {
         if self.warned.insert(msg.clone()) {
             super::sources::log_once(&msg);
-            self.warnings.push(msg);
         }
     }
 }

@@ -178,15 +178,10 @@ impl JitDump {
         self.codes = codes;
     }
 
-    /// The code at `addr` at time `time`: the code that was there then; failing that (a sample slightly before the
-    /// load's timestamp), the code whose time span is nearest.
-    pub fn lookup(&self, addr: u64, time: u64) -> Option<&JitCode> {
-        self.lookup_steady(addr, time).0
-    }
-
-    /// [`lookup`](Self::lookup), and the times around `time` at which the answer is the same: between the
-    /// nearest load or replacement of any code at `addr` before and after `time` (only `time` itself when no code
-    /// was there at `time`, as the nearest-in-time choice then depends on the exact time).
+    /// The code at `addr` at time `time` — the code that was there then; failing that (a sample slightly before the
+    /// load's timestamp), the code whose time span is nearest — and the times around `time` at which the answer is
+    /// the same: between the nearest load or replacement of any code at `addr` before and after `time` (only `time`
+    /// itself when no code was there at `time`, as the nearest-in-time choice then depends on the exact time).
     pub fn lookup_steady(&self, addr: u64, time: u64) -> (Option<&JitCode>, std::ops::Range<u64>) {
         let found = self.choose(addr, time);
         let steady = match found {
@@ -492,7 +487,7 @@ mod tests {
     use super::*;
 
     fn name(d: &JitDump, addr: u64, time: u64) -> Option<String> {
-        d.lookup(addr, time).map(|c| c.name.to_string())
+        d.lookup_steady(addr, time).0.map(|c| c.name.to_string())
     }
 
     /// .NET's records carry the code: a method without frame pointer gets its rule from its prologue there.
@@ -701,8 +696,8 @@ mod tests {
         for input in rng.inputs(&[&w.bytes], 3000) {
             let d = JitDump::parse(&input);
             for c in d.codes() {
-                let _ = d.lookup(c.start, c.from);
-                let _ = d.lookup(c.end.saturating_sub(1), u64::MAX);
+                let _ = d.lookup_steady(c.start, c.from);
+                let _ = d.lookup_steady(c.end.saturating_sub(1), u64::MAX);
             }
         }
     }

@@ -101,7 +101,8 @@ fn is_code(kind: u8) -> bool {
 }
 
 impl KernelSymbols {
-    /// The symbols of a kallsyms text (as the fuzz targets give it).
+    /// The symbols of a kallsyms text.
+    #[cfg(test)]
     pub fn parse(text: &str) -> KernelSymbols {
         Self::from_text(Text::Read(text.as_bytes().into()))
     }
@@ -225,6 +226,7 @@ impl KernelSymbols {
     }
 
     /// Every symbol, in address order (each read from its line as for a lookup).
+    #[cfg(test)]
     pub fn iter(&self) -> impl Iterator<Item = KernelSymbol> + '_ {
         let starts: Vec<u64> = match &self.index {
             Index::Ranges(table) => table.iter().map(|r| r.start).collect(),

@@ -50,7 +50,7 @@ pub mod parsers {
     pub use super::kallsyms::{KernelSymbol, KernelSymbols};
     pub use super::perf_map::PerfMap;
     pub use super::proc_info::ProcessInfo;
-    pub use super::r2r::{rva_of, CodePart, CodeRange, FileMapping, Machine, PeSection, R2rImage, R2rMap, R2rMethod};
+    pub use super::r2r::{CodePart, CodeRange, Machine, PeSection, R2rImage, R2rMap, R2rMethod};
     pub use super::r2r_symbols::R2rSymbols;
     pub use super::symbols_dir::CapturedDir;
     pub use crate::procfs::{parse_status, Status};

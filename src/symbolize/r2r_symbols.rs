@@ -82,6 +82,13 @@ impl R2rSymbols {
         let size = input::check(&file, MAX_IMAGE_LEN).map_err(|e| e.explain(std::path::Path::new("the image")))?;
         let bytes = input::read_all(&mut file, size, MAX_IMAGE_LEN).map_err(|e| e.to_string())?;
         let mut image = R2rImage::parse(&bytes).map_err(|e| format!("{e:#}"))?;
+        let (major, minor) = image.version();
+        tracing::debug!(
+            "{file_name}: ReadyToRun {major}.{minor} image of {} ({} methods, {} code blocks)",
+            image.assembly_name(),
+            image.method_count(),
+            image.function_count()
+        );
         for name in image.missing_references() {
             let Some(reference) = sibling(&format!("{name}.dll"), MAX_IMAGE_LEN) else { continue };
             if let Err(e) = image.add_reference(&name, &reference) {

@@ -152,12 +152,9 @@ impl SymbolServers {
             .map(|cache| cache.join("profcpu/symbols"))
     }
 
+    #[cfg(test)]
     pub fn servers(&self) -> &[SymbolServer] {
         &self.servers
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.servers.is_empty()
     }
 
     /// The debug file with `build_id`, from the cache or else from the first server that has it; `file_name` (the

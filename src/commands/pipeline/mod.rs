@@ -130,11 +130,13 @@ impl Namer {
 /// `symbols/` are complete), leaving `left`.
 fn symbols_saved(saved: CaptureSummary, left: String) -> SymbolizeStats {
     tracing::info!(
-        "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB)",
+        "saved {} perf map(s), {} jitdump(s) and symbols of {} file(s) ({} KB) into {} in {:.1?}",
         saved.perf_maps,
         saved.jitdumps,
         saved.dsos,
         saved.bytes / 1024,
+        saved.dir.path().display(),
+        saved.finish_time,
     );
     crate::interrupt::set_stage(crate::interrupt::Stage::Writing { left });
     saved.stats

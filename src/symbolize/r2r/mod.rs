@@ -28,26 +28,44 @@
 //!
 //! Use from the symbolizer (wired in [`r2r_symbols`](super::r2r_symbols)): parse the file a sample's mapping names
 //! (capped in size, read through the target's root), turn `pgoff + ip − start` into an RVA with
-//! [`R2rImage::rva_of_file_offset`] (or [`rva_of`] on /proc/PID/maps), then [`R2rImage::lookup`]; when it returns
-//! `None`, [`R2rImage::function_start`] still gives one box per code block. [`R2rImage::methods`] lists every
-//! range (for an offsets listing or uprobes at `method_start` of `CodePart::Body` entries). An `.r2rmap` beside the
-//! file, when present, is read with [`R2rMap`] (crossgen2's spelling, not the runtime's): the symbolizer uses it for
-//! code no method claims.
+//! [`R2rImage::rva_of_file_offset`] (see below), then [`R2rImage::lookup`]; when it returns `None`,
+//! [`R2rImage::function_start`] still gives one box per code block. [`R2rImage::methods`] lists every range (for an
+//! offsets listing or uprobes at `method_start` of `CodePart::Body` entries). An `.r2rmap` beside the file, when
+//! present, is read with [`R2rMap`] (crossgen2's spelling, not the runtime's): the symbolizer uses it for code no
+//! method claims.
 //!
-//! In a live process an `ip` maps to an RVA through the mapping that holds it and the PE section table: see
-//! [`rva_of`] (the mapping rule found on .NET 8.0.4 and .NET Core 3.1.23, with the /proc/PID/maps evidence).
+//! # From an instruction pointer in a live process to an RVA
+//!
+//! CoreCLR on Linux (PAL `MAPMapPEFile`) reserves the image's virtual size, maps the PE headers at the base and then
+//! each section at `base + align_down(VirtualAddress)` from file offset `align_down(PointerToRawData)`. crossgen2
+//! lays sections out so `VirtualAddress ≡ PointerToRawData (mod page size)`, so within every such mapping
+//! `file offset − RVA` is constant. The robust rule is therefore:
+//!
+//! `file offset = mapping.file_offset + (ip − mapping.start)`, then `RVA` = that offset translated through the PE
+//! section table (`offset − PointerToRawData + VirtualAddress` of the section holding it).
+//!
+//! "ip − start of the mapping at file offset 0" is *not* safe: the first section is also mapped from file offset 0,
+//! one page-aligned step above the base. Observed in /proc/PID/maps of a running app on this machine:
+//! * .NET 8.0.4 CoreLib (`.text` VA 0x10200, raw 0x200): `r--p 0` at base (headers), `r-xp 0` at base+0x10000
+//!   (`.text`!), `rw-p 0x93e000` at base+0x96e000 (`.data`); plus a separate flat `r--s 0` view of the whole file.
+//! * .NET Core 3.1.23 CoreLib (`.data` first at VA 0x10200, `.text` VA 0x43200 raw 0x23200): `r--p 0` at base,
+//!   `rw-p 0` at base+0x10000 (`.data`), `r-xp 0x23000` at base+0x43000 (`.text`).
+//!
+//! In both, the rule above gives `RVA = ip − base` with `base` the header mapping that perfinfo-PID.map reports.
+//! It needs no knowledge of which mapping holds the headers and works for any number of loads of the same file
+//! (each `ip` is translated through the mapping that contains it). perf's MMAP2 records carry the same
+//! `(start, len, pgoff)` triple, so recorded data is translated offline the same way; the symbolizer does so for
+//! every mapped file and hands the file offset to [`R2rImage::rva_of_file_offset`].
 //!
 //! The file is untrusted (it may come from a container): every read is bounds-checked, every walk bounded; a bad
 //! file yields an error or fewer names, never a panic.
 
-mod mapping;
 mod metadata;
 mod native;
 mod pe;
 mod r2rmap;
 mod signature;
 
-pub use mapping::{rva_of, FileMapping};
 pub use pe::{Machine, PeSection};
 pub use r2rmap::R2rMap;
 
@@ -121,7 +139,6 @@ struct Method {
 
 /// A parsed ReadyToRun image. Names are built when asked for; parsing only indexes code ranges.
 pub struct R2rImage {
-    machine: Machine,
     version: (u16, u16),
     composite: bool,
     sections: Vec<PeSection>,
@@ -161,7 +178,6 @@ impl R2rImage {
 
         let functions = read_runtime_functions(&headers, &reader);
         let mut image = R2rImage {
-            machine: headers.machine,
             version: (headers.major, headers.minor),
             composite: headers.composite,
             sections: headers.sections.clone(),
@@ -216,10 +232,6 @@ impl R2rImage {
     /// `(major, minor)` of the READYTORUN_HEADER (.NET Core 3.1: 3.x/4.x, .NET 8: 9.x).
     pub fn version(&self) -> (u16, u16) {
         self.version
-    }
-
-    pub fn machine(&self) -> Machine {
-        self.machine
     }
 
     /// The assembly's simple name (`System.Private.CoreLib`); empty for a composite image.

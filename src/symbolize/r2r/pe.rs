@@ -299,3 +299,55 @@ fn read_sections(data: &[u8], at: u32, available: u32) -> Result<Vec<R2rSection>
         })
         .collect())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One mapping of the image file: `(start, end, file offset of start)`.
+    type FileMapping = (u64, u64, u64);
+
+    /// The rule of `r2r`'s docs: through the mapping that holds `ip`, then the section table.
+    fn rva_of(ip: u64, mappings: &[FileMapping], sections: &[PeSection]) -> Option<u32> {
+        let &(start, _, offset) = mappings.iter().find(|&&(start, end, _)| start <= ip && ip < end)?;
+        sections.iter().find_map(|s| s.rva_of_file_offset(offset + (ip - start)))
+    }
+
+    /// The .NET 8.0.4 CoreLib layout seen in /proc/PID/maps (see `r2r`'s docs).
+    #[test]
+    fn dotnet8_corelib_layout() {
+        let sections = [
+            PeSection { rva: 0x10200, virtual_size: 0x93e77c, file_offset: 0x200, file_size: 0x93e800 },
+            PeSection { rva: 0x96ea00, virtual_size: 0x2e430a, file_offset: 0x93ea00, file_size: 0x2e4400 },
+        ];
+        let base = 0x7fb9_f6e7_0000u64;
+        let maps = [
+            (0x7f79_4a80_0000, 0x7f79_4b42_d000, 0), // flat r--s view
+            (base, base + 0x1000, 0),
+            (base + 0x10000, base + 0x94f000, 0),
+            (base + 0x96e000, base + 0xc53000, 0x93e000),
+        ];
+        assert_eq!(rva_of(base + 0x12345, &maps, &sections), Some(0x12345));
+        assert_eq!(rva_of(base + 0x96ea10, &maps, &sections), Some(0x96ea10));
+        // The header page is not code.
+        assert_eq!(rva_of(base + 0x10, &maps, &sections), None);
+        assert_eq!(rva_of(base - 1, &maps, &sections), None);
+    }
+
+    /// The .NET Core 3.1.23 CoreLib layout: `.data` first, `.text` mapped from a non-zero offset.
+    #[test]
+    fn dotnet31_corelib_layout() {
+        let sections = [
+            PeSection { rva: 0x10200, virtual_size: 0x22ed0, file_offset: 0x200, file_size: 0x23000 },
+            PeSection { rva: 0x43200, virtual_size: 0x891643, file_offset: 0x23200, file_size: 0x891800 },
+        ];
+        let base = 0x7f78_cbac_0000u64;
+        let maps = [
+            (base, base + 0x1000, 0),
+            (base + 0x10000, base + 0x34000, 0),
+            (0x7f78_cbb0_3000, 0x7f78_cc39_5000, 0x23000),
+        ];
+        assert_eq!(rva_of(base + 0x43210, &maps, &sections), Some(0x43210));
+        assert_eq!(rva_of(base + 0x10204, &maps, &sections), Some(0x10204));
+    }
+}

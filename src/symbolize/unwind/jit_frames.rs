@@ -184,10 +184,12 @@ impl JitFrames {
         JitFrames { rules: RangeTable::from_unsorted(rules) }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rules.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }
