@@ -40,6 +40,8 @@ bash scripts/container-images.sh >/dev/null
 
 cargo fmt --all -- --check
 cargo clippy --release --all-targets --quiet -- -D warnings
+# No public function of src/ that only tests, examples or fuzzers call (or nobody).
+bash scripts/check-api-use.sh
 # Release build: the end-to-end tests time real workloads and the benchmarks' numbers come from this profile.
 status=0
 cargo test --release --no-fail-fast "$@" || status=$?
