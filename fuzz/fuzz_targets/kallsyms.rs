@@ -10,7 +10,16 @@ use std::sync::OnceLock;
 fn cache_file() -> &'static PathBuf {
     static FILE: OnceLock<PathBuf> = OnceLock::new();
     FILE.get_or_init(|| {
-        let base = std::env::temp_dir().join(format!("profcpu-fuzz-kallsyms-{}", std::process::id()));
+        // One folder per fuzzing process (they run side by side); those of processes that are gone are removed.
+        let prefix = "profcpu-fuzz-kallsyms-";
+        for entry in std::fs::read_dir(std::env::temp_dir()).into_iter().flatten().flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let pid = name.strip_prefix(prefix).and_then(|pid| pid.parse::<u32>().ok());
+            if pid.is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+        let base = std::env::temp_dir().join(format!("{prefix}{}", std::process::id()));
         let folder = base.join("[kernel.kallsyms]").join("00");
         std::fs::create_dir_all(&folder).unwrap();
         std::env::set_var("PERF_BUILDID_DIR", &base);
