@@ -415,10 +415,14 @@ impl PerfDataReader {
         for line in rec.chunks(64).take(PREFETCH_LINES) {
             prefetch(line);
         }
-        for line in rec[rec.len().saturating_sub(PREFETCH_TAIL)..].chunks(64) {
-            prefetch(line);
+        // A small record (no stack copy) is whole in the lines above; only a longer one's tail is asked for again.
+        let tail = rec.len().saturating_sub(PREFETCH_TAIL).max(PREFETCH_LINES * 64);
+        if let Some(tail) = rec.get(tail..) {
+            for line in tail.chunks(64) {
+                prefetch(line);
+            }
+            prefetch(&rec[rec.len() - 8..]);
         }
-        prefetch(&rec[rec.len() - 8..]);
     }
 
     /// The bytes of the record at `offset` in the data section, header included.

@@ -523,17 +523,15 @@ mod tests {
         let mut m = hostile(PLAIN, &[]);
         let stack = words(&[0x5678, 0]);
         let regs = UserRegs { ip: TEXT + 0x10, sp: 0x7000, bp: 0 };
+        let mut walk_with = |chain: &[u64]| StackWalker::default().walk((1, 0), &mut m, regs, &stack, chain);
         // The chain passes through the last frame found: it continues the walk.
-        let through = [CONTEXT_USER, TEXT + 0x10, 0x5678, 0x5300];
-        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &through);
+        let walk = walk_with(&[CONTEXT_USER, TEXT + 0x10, 0x5678, 0x5300]);
         assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5678, 0x5300], end: WalkEnd::Joined });
         // It does not (frame pointers skip a frameless caller): the longer chain stands.
         let past = [CONTEXT_USER, TEXT + 0x10, 0x5100, 0x5200, 0x5300];
-        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &past);
-        assert_eq!(walk, Walk { frames: past[1..].to_vec(), end: WalkEnd::FramePointers });
+        assert_eq!(walk_with(&past), Walk { frames: past[1..].to_vec(), end: WalkEnd::FramePointers });
         // A chain no longer than the walk leaves it whole.
-        let short = [CONTEXT_USER, TEXT + 0x10, 0x5100];
-        let walk = StackWalker::default().walk((1, 0), &mut m, regs, &stack, &short);
+        let walk = walk_with(&[CONTEXT_USER, TEXT + 0x10, 0x5100]);
         assert_eq!(walk, Walk { frames: vec![TEXT + 0x10, 0x5678], end: WalkEnd::Complete });
     }
 
