@@ -498,6 +498,11 @@ pub struct SegmentWriter {
 }
 
 impl SegmentWriter {
+    /// Bytes read at a time: read, searched for echoes and compressed while they are in the core's cache. 1 MB
+    /// reads left them to be fetched from memory again (and faulted in a buffer of 1 MB): compressing a 2.2 MB
+    /// perf.data took 2.9 ms of CPU, 2.2 ms with 128 KB reads.
+    const READ: usize = 128 << 10;
+
     /// Into `spill` (named `spill_name` in messages), which must be empty.
     pub fn new((spill, spill_name): (File, &Path)) -> SegmentWriter {
         SegmentWriter {
@@ -524,19 +529,18 @@ impl SegmentWriter {
         self.d.feed(bytes);
     }
 
-    /// Reads at most `want` bytes (1 MB at a time) from `file` and compresses what can be: `find_echoes` is called
-    /// with the stream from position `at` on, the bytes waiting to be compressed (those a previous call did not
-    /// take come again), appends the echoes it finds there and returns how many of those bytes can be compressed
-    /// now (the rest waits for the next read, or for [`finish`](Self::finish)). Returns the bytes read (0 at the
-    /// end of the file).
+    /// Reads at most `want` bytes ([`READ`](Self::READ) at a time) from `file` and compresses what can be:
+    /// `find_echoes` is called with the stream from position `at` on, the bytes waiting to be compressed (those a
+    /// previous call did not take come again), appends the echoes it finds there and returns how many of those bytes
+    /// can be compressed now (the rest waits for the next read, or for [`finish`](Self::finish)). Returns the bytes
+    /// read (0 at the end of the file).
     pub fn read(
         &mut self,
         file: &mut File,
         want: u64,
         find_echoes: &mut impl FnMut(u64, &[u8], &mut Vec<Echo>) -> usize,
     ) -> Result<usize> {
-        const READ: usize = 1 << 20;
-        let want = READ.min(usize::try_from(want).unwrap_or(usize::MAX));
+        let want = Self::READ.min(usize::try_from(want).unwrap_or(usize::MAX));
         let n = file.read(&mut self.d.space(want)[..want])?;
         self.d.filled(n);
         let (at, waiting) = self.d.waiting();

