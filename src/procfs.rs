@@ -438,9 +438,18 @@ mod tests {
     #[test]
     fn context_switches_are_counted() {
         let me = Process::open(std::process::id()).unwrap();
-        let before = me.context_switches().unwrap();
+        // This thread's own count grows with its sleep. The process's sum need not: it holds the test harness's other
+        // threads, and one that ends takes its switches with it. It holds this thread's, though.
+        // SAFETY: gettid only returns the calling thread's id.
+        let tid = unsafe { libc::gettid() };
+        let own = || {
+            context_switches_of(&String::from_utf8_lossy(&me.read(&format!("task/{tid}/status"), MAX_STATUS).unwrap()))
+        };
+        let before = own();
         std::thread::sleep(std::time::Duration::from_millis(2));
-        assert!(me.context_switches().unwrap() > before);
+        let after = own();
+        assert!(after > before, "{before} -> {after}");
+        assert!(me.context_switches().unwrap() >= after);
         assert!(system_context_switches().unwrap() > 0);
         assert_eq!(context_switches_of("voluntary_ctxt_switches:\t7\nnonvoluntary_ctxt_switches:\t5\n"), 12);
     }

@@ -78,6 +78,9 @@ impl<'r> Pager<'r> {
         let mut mapped_to = 0u64;
         while !self.finished.load(Ordering::Acquire) {
             let at = self.at.load(Ordering::Acquire);
+            // What lies behind the pass it has read (it went on while this thread did not run): mapping it again
+            // would keep it resident until the pass next drops pages.
+            mapped_to = mapped_to.max(at);
             // A followed recording grows: only what is in the file yet can be mapped.
             let end = self.reader.data_len() as u64;
             if mapped_to < (at + AHEAD).min(end) {
