@@ -73,7 +73,8 @@ impl Reader<'_> {
     }
 }
 
-#[derive(Clone)]
+// Cloned by a test only, to replay the same events two ways.
+#[cfg_attr(test, derive(Clone))]
 enum Event {
     Load { start: u64, size: u64, name: Arc<str>, frame: Option<JitFrame> },
     Move { old: u64, new: u64, size: u64 },

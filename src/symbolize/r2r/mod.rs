@@ -251,7 +251,7 @@ impl R2rImage {
 
     /// The RVA of a file offset (e.g. a perf sample's `pgoff + ip − start`).
     pub fn rva_of_file_offset(&self, offset: u64) -> Option<u32> {
-        self.sections.iter().find_map(|s| s.rva_of_file_offset(offset))
+        pe::rva_of_file_offset(&self.sections, offset)
     }
 
     /// Simple names of other assemblies whose metadata would complete generic instantiation names (types from

@@ -56,6 +56,11 @@ impl Machine {
     }
 }
 
+/// The RVA of a file offset, through the section whose raw data holds it.
+pub fn rva_of_file_offset(sections: &[PeSection], offset: u64) -> Option<u32> {
+    sections.iter().find_map(|s| s.rva_of_file_offset(offset))
+}
+
 /// One PE section as mapped: RVA range and the file bytes backing it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeSection {
@@ -307,10 +312,11 @@ mod tests {
     /// One mapping of the image file: `(start, end, file offset of start)`.
     type FileMapping = (u64, u64, u64);
 
-    /// The rule of `r2r`'s docs: through the mapping that holds `ip`, then the section table.
+    /// The rule of `r2r`'s docs: the mapping that holds `ip` gives its file offset (as the symbolizer takes it from
+    /// a sample's MMAP2 record), the section table its RVA.
     fn rva_of(ip: u64, mappings: &[FileMapping], sections: &[PeSection]) -> Option<u32> {
         let &(start, _, offset) = mappings.iter().find(|&&(start, end, _)| start <= ip && ip < end)?;
-        sections.iter().find_map(|s| s.rva_of_file_offset(offset + (ip - start)))
+        rva_of_file_offset(sections, offset + (ip - start))
     }
 
     /// The .NET 8.0.4 CoreLib layout seen in /proc/PID/maps (see `r2r`'s docs).
