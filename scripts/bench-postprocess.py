@@ -3,7 +3,9 @@
 each. The recording depends on --case:
 
   collect      the sample .NET web API under load, `profcpu collect -freq 9999` (>= 30k samples)     (default)
-               with the default `-call-graph auto`: stack copies, which profcpu unwinds through the JIT's code and
+               with the default `-call-graph auto`: stack copies, which profcpu unwinds through the JIT's code while
+               it records and writes into perf.data as callchains: both tools print the same stacks
+  collect-kept the same with `-keep-stack-copies`: perf.data keeps the copies, which postprocess unwinds again and
                perf script cannot (it prints one frame for most samples: see the frames-per-sample line)
   collect-fp   the same with `-call-graph fp`: no stack copies, both tools print the same frame-pointer stacks
   perf-record  the same API recorded by `perf record -g -F 999` (~15k samples) into a folder holding only perf.data:
@@ -11,6 +13,8 @@ each. The recording depends on --case:
   short        the API, `profcpu collect` of ~1,000 samples: fixed costs dominate
   worst        examples/many_stacks.c (300 functions calling each other at random: nearly every stack distinct),
                `profcpu collect -freq 9999` (~40k samples)
+  worst-kept   the same with `-keep-stack-copies` (what `worst` was before perf.data held the unwound stacks: perf
+               script then unwinds every copy itself)
 
 Before the timed runs it prints how many frames a sample has on average in each tool's perf script text, so that a
 comparison of unequal work shows as such.
@@ -33,7 +37,7 @@ leaves the bytes of perf_script.out that are the same as they are. --cold remove
 before each profcpu run: everything is compressed and written anew, as on a `perf record` folder's first
 postprocess.
 
-Usage: scripts/bench-postprocess.py [--case collect|collect-fp|perf-record|short|worst] [--dotnet 8|3.1] [--runs 3] [--seconds 2] [--freq 9999]
+Usage: scripts/bench-postprocess.py [--case collect|collect-kept|collect-fp|perf-record|short|worst|worst-kept] [--dotnet 8|3.1] [--runs 3] [--seconds 2] [--freq 9999]
                                     [--profcpu BINARY] [--cold] [--dir EXISTING_COLLECTION [--hot FRAME]]
                                     [--keep] [--setup-only]
 """
@@ -180,7 +184,7 @@ def record_enough(make, seconds, wanted, tolerance):
     return run_dir
 
 
-def record(profcpu, work, port, api_pid, seconds, freq, call_graph):
+def record(profcpu, work, port, api_pid, seconds, freq, stacks):
     """Collects the API under load; records longer until there are enough samples."""
     env = dict(os.environ, PORT=str(port))
     while True:
@@ -191,7 +195,7 @@ def record(profcpu, work, port, api_pid, seconds, freq, call_graph):
         try:
             time.sleep(1.5)
             out = subprocess.run([profcpu, "collect", "-pid", str(api_pid), "-duration", str(seconds), "-freq",
-                                  str(freq), "-call-graph", call_graph, "-output", os.path.join(work, "collections")],
+                                  str(freq), *stacks, "-output", os.path.join(work, "collections")],
                                  check=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         finally:
             os.killpg(load.pid, signal.SIGTERM)
@@ -262,7 +266,9 @@ def timed(argv_list, stdout_path):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--case", choices=["collect", "collect-fp", "perf-record", "short", "worst"], default="collect")
+    ap.add_argument("--case", choices=["collect", "collect-kept", "collect-fp", "perf-record", "short", "worst",
+                                       "worst-kept"],
+                    default="collect")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--dotnet", choices=["8", "3.1"], default="8", help="the web API's .NET runtime (default 8)")
     ap.add_argument("--seconds", type=float, default=2.0)
@@ -302,18 +308,20 @@ def main():
     try:
         if args.dir:
             run_dir = os.path.abspath(args.dir)
-        elif args.case == "worst":
+        elif args.case.startswith("worst"):
             hot = WORST_HOT
+            kept = ["-keep-stack-copies"] if args.case == "worst-kept" else []
             binary = os.path.join(work, "many_stacks")
             subprocess.run(["cc", "-O1", "-fno-omit-frame-pointer", "-fno-optimize-sibling-calls", "-o", binary,
                             os.path.join(REPO, "examples/many_stacks.c")], check=True)
             run_dir = record_enough(
-                lambda s: collect(args.profcpu, work, ["--", binary, str(s + 5)], s, args.freq), 4, 40000, 1.3)
+                lambda s: collect(args.profcpu, work, [*kept, "--", binary, str(s + 5)], s, args.freq), 4, 40000, 1.3)
         else:
             port, api_pid = start_api(args.dotnet)
-            if args.case in ("collect", "collect-fp"):
-                call_graph = "fp" if args.case == "collect-fp" else "auto"
-                run_dir = record(args.profcpu, work, port, api_pid, args.seconds, args.freq, call_graph)
+            if args.case.startswith("collect"):
+                stacks = {"collect": ["-call-graph", "auto"], "collect-kept": ["-keep-stack-copies"],
+                          "collect-fp": ["-call-graph", "fp"]}[args.case]
+                run_dir = record(args.profcpu, work, port, api_pid, args.seconds, args.freq, stacks)
             elif args.case == "short":
                 run_dir = record_enough(lambda s: under_load(port, s, lambda: collect(
                     args.profcpu, work, ["-pid", str(api_pid)], s, 999)), 0.6, 1000, 1.3)
@@ -378,7 +386,7 @@ def main():
         cpu_pipe = med(r[5] for r in rows)
         print(f"CPU time (user + system, all threads and stages): profcpu median {cpu_ours * 1e3:.0f} ms, pipeline "
               f"{cpu_pipe * 1e3:.0f} ms, {cpu_pipe / cpu_ours:.1f}x")
-        target = 5 if args.case == "worst" else 10
+        target = 5 if args.case.startswith("worst") else 10
         print(f"speed-up {t_pipe / t_ours:.1f}x (target >= {target}x); RSS {rss_ours / rss_stage:.2f}x of the largest "
               f"stage, {rss_ours / rss_sum:.2f}x of all stages (target <= 1)")
     finally:

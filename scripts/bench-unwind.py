@@ -4,7 +4,9 @@ in the same session, on tests/data/unwind/sorter.c (a loop built -O2 -fomit-fram
 libc's qsort: the case stack copies exist for).
 
 For each frequency it runs the workload alone, then under each profiler (profcpu launches it with `-- CMD`, perf with
-`perf record ... -- CMD`), and prints per run: samples, bytes per sample, perf.data size and MB/s, the work the target
+`perf record ... -- CMD`; the stack-copy modes with and without -keep-stack-copies: by default the perf.data left
+holds the unwound callchains, with it the copies as recorded), and prints per run: samples, bytes per sample,
+perf.data size and MB/s, the work the target
 got done against the runs alone (slowdown), the share of samples whose stack reaches `main`, and the time to turn the
 recording into stacks (`profcpu postprocess`, `perf script`). Usage:
 
@@ -68,9 +70,10 @@ def script_share_reaching_main(text):
     return with_main / total if total else 0.0
 
 
-def profcpu_run(args, exe, freq, mode, seconds, tmp):
-    out_dir = os.path.join(tmp, f"profcpu-{mode}-{freq}")
-    cmd = [args.profcpu, "collect", "-freq", str(freq), "-call-graph", mode, "-duration", str(seconds + 30),
+def profcpu_run(args, exe, freq, mode, seconds, tmp, keep=False):
+    out_dir = os.path.join(tmp, f"profcpu-{mode}-{freq}-{keep}")
+    flags = ["-keep-stack-copies"] if keep else []
+    cmd = [args.profcpu, "collect", "-freq", str(freq), "-call-graph", mode, *flags, "-duration", str(seconds + 30),
            "-output", out_dir, "--", exe, str(seconds)]
     out, _ = timed(cmd)
     run_dir = out.stdout.strip().splitlines()[-1]
@@ -79,7 +82,7 @@ def profcpu_run(args, exe, freq, mode, seconds, tmp):
     symbols = sum(os.path.getsize(os.path.join(run_dir, "symbols", f)) for f in os.listdir(os.path.join(run_dir, "symbols")))
     _, post = timed([args.profcpu, "postprocess", "-dir", run_dir])
     folded = open(os.path.join(run_dir, "folded_stacks.out")).read()
-    return dict(who=f"profcpu -call-graph {mode}", samples=samples, data=data, extra=symbols, work=sorts(out.stdout),
+    return dict(who=f"profcpu -call-graph {mode}" + (" -keep-stack-copies" if keep else ""), samples=samples, data=data, extra=symbols, work=sorts(out.stdout),
                 reach=share_reaching_main(folded), post=post)
 
 
@@ -107,14 +110,15 @@ def main():
         alone = statistics.median(sorts(timed([exe, str(args.seconds)])[0].stdout) for _ in range(3))
         print(f"workload alone: {alone:.0f} sorts in {args.seconds} s (median of 3)")
         for freq in [int(f) for f in args.freqs.split(",")]:
-            runs = [profcpu_run(args, exe, freq, mode, args.seconds, tmp) for mode in ("fp", "auto", "dwarf")]
+            runs = [profcpu_run(args, exe, freq, mode, args.seconds, tmp, keep)
+                    for mode, keep in (("fp", False), ("auto", False), ("auto", True), ("dwarf", False), ("dwarf", True))]
             runs.append(perf_run(exe, freq, args.seconds, tmp))
             print(f"\n{freq} Hz, {args.seconds} s:")
-            print(f"  {'recorder':32} {'samples':>7} {'B/sample':>8} {'perf.data':>10} {'MB/s':>6} {'symbols/':>9} "
+            print(f"  {'recorder':51} {'samples':>7} {'B/sample':>8} {'perf.data':>10} {'MB/s':>6} {'symbols/':>9} "
                   f"{'slowdown':>8} {'reach main':>10} {'to stacks':>9}")
             for r in runs:
                 per_sample = r["data"] / max(r["samples"], 1)
-                print(f"  {r['who']:32} {r['samples']:7d} {per_sample:8.0f} {r['data'] / 1e6:8.2f}MB "
+                print(f"  {r['who']:51} {r['samples']:7d} {per_sample:8.0f} {r['data'] / 1e6:8.2f}MB "
                       f"{r['data'] / 1e6 / args.seconds:6.2f} {r['extra'] / 1e3:7.0f}KB "
                       f"{100 * (1 - r['work'] / alone):7.1f}% {100 * r['reach']:9.1f}% {r['post']:8.2f}s")
 

@@ -59,8 +59,8 @@ fn a_real_archive_lists_relative_paths_and_extracts_identically() {
     assert_eq!(snapshot(&by_us), original);
 }
 
-/// `collect` compresses perf.data for the archive while recording it (stack copies: MBs a second), then what came
-/// last; the archive holds it byte for byte, and its other entries are those of the folder.
+/// `collect` compresses perf.data for the archive while recording it (stack copies kept: MBs a second), then what
+/// came last; the archive holds it byte for byte, and its other entries are those of the folder.
 #[test]
 fn a_collection_archives_its_perf_data_compressed_while_it_was_recorded() {
     let scratch = Scratch::new("archive-collect");
@@ -70,7 +70,8 @@ fn a_collection_archives_its_perf_data_compressed_while_it_was_recorded() {
     let run = finish_collect(
         std::process::Command::new(support::PROFCPU)
             .env("RUST_LOG", "profcpu=debug")
-            .args(["collect", "-pid", &pid, "-duration", "2", "-freq", "999", "-call-graph", "dwarf", "-output"])
+            .args(["collect", "-pid", &pid, "-duration", "2", "-freq", "999", "-call-graph", "dwarf"])
+            .args(["-keep-stack-copies", "-output"])
             .arg(&out)
             .output()
             .unwrap(),

@@ -19,6 +19,7 @@ use support::dotnet::Dotnet;
 use support::running_app::exclusive;
 use support::scratch::Scratch;
 use support::symbol_server::{build_id_of, function_starts, hex, publish, Serve, Server};
+use support::unwind::{script_samples, ScriptSample};
 use support::webapi::{
     archive_listing, collect_args, files_under, namespace_of, prepared, run_collect, Api, Load, Profile, COMPILED_LATE,
     OUTPUT_FILES,
@@ -109,6 +110,17 @@ fn host_cpu_route_dominates_and_every_output_is_complete() {
     let report = perf_report(dir);
     let expected = format!("# Samples: {}  of event 'cpu-clock'", profile.samples.len());
     assert!(report.contains(&expected), "expected `perf report` to say {expected:?}; it said:\n{report}");
+    // perf.data holds the stacks profcpu unwound from the stack copies, not the copies: perf prints every frame
+    // profcpu does (its own unwinder would stop at the first JIT frame).
+    let data = std::fs::read(dir.join("perf.data")).unwrap();
+    assert!(data.len() < 2000 * profile.samples.len(), "{} bytes for {} samples", data.len(), profile.samples.len());
+    let perf_script = Command::new("perf").args(["script", "-i"]).arg(dir.join("perf.data")).output().unwrap();
+    let theirs = script_samples(&String::from_utf8_lossy(&perf_script.stdout));
+    let ours = script_samples(&std::fs::read_to_string(dir.join("perf_script.out")).unwrap());
+    let frames = |samples: &[ScriptSample]| samples.iter().map(|s| s.symbols.len()).sum::<usize>();
+    assert_eq!(theirs.len(), ours.len(), "samples printed by perf script and in perf_script.out");
+    assert_eq!(frames(&theirs), frames(&ours), "frames printed by perf script and in perf_script.out");
+    assert!(frames(&ours) >= 8 * ours.len(), "{} frames in {} samples", frames(&ours), ours.len());
 
     api.assert_nothing_left_or_written_after(dir);
 }

@@ -1,6 +1,7 @@
 //! A .NET 8 thread on the CPU inside libc (a P/Invoke of libc's qsort with a managed comparator,
 //! `tests/data/unwind/QsortApp.cs`): with the default stack copies its libc stacks reach the managed caller, the
-//! thread's start method and libc's `clone3`; the kernel's frame-pointer chains of the same recording stop in libc.
+//! thread's start method and libc's `clone3`; the kernel's frame-pointer chains of the same recording (its copies
+//! kept: `-keep-stack-copies`) stop in libc.
 //! Off the CPU (`-mode offcpu`), a thread blocked in `Monitor.Wait` and `Thread.Sleep` has switch-out stacks that
 //! reach from libc's wait to the managed method that waited and the thread's start method.
 
@@ -41,7 +42,18 @@ fn dotnet_stacks_inside_libc_reach_the_managed_caller_and_the_thread_start() {
     let dir = Scratch::new("unwind-dotnet");
     let out = dir.join("profilings");
     let pid = app.pid().to_string();
-    let run = collect(&["-pid", &pid, "-duration", "5", "-freq", "199", "-output", out.to_str().unwrap()]);
+    // The copies kept in perf.data, to be named without them too.
+    let run = collect(&[
+        "-pid",
+        &pid,
+        "-duration",
+        "5",
+        "-freq",
+        "199",
+        "-keep-stack-copies",
+        "-output",
+        out.to_str().unwrap(),
+    ]);
     let off_cpu = collect(&["-pid", &pid, "-duration", "3", "-mode", "offcpu", "-output", out.to_str().unwrap()]);
     drop(app);
     assert!(!off_cpu.stderr.contains("warning"), "{}", off_cpu.stderr);

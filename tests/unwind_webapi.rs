@@ -1,5 +1,5 @@
-//! The sample web API on .NET 8 under load, recorded once with the default stack copies and named twice: from the
-//! stack copies, and from the kernel's frame-pointer chains alone (`postprocess -ignore-stack-copies`). Sample by
+//! The sample web API on .NET 8 under load, recorded once with the default stack copies (kept in perf.data:
+//! `-keep-stack-copies`) and named twice: from the stack copies, and from the kernel's frame-pointer chains alone (`postprocess -ignore-stack-copies`). Sample by
 //! sample, no stack is shorter with the copies, and more stacks reach their thread's start (libc's `start_thread`,
 //! or `__libc_start_main` for the main thread).
 
@@ -36,7 +36,7 @@ fn stack_copies_never_shorten_a_stack_and_reach_thread_starts_more_often() {
     let _format_load = Load::start(&api, "/format", 40, 2);
     std::thread::sleep(Duration::from_secs(3));
     let mut cmd = Command::new(PROFCPU);
-    cmd.args(collect_args(api.host_pid(), SECONDS, &work.join("profilings")));
+    cmd.args(collect_args(api.host_pid(), SECONDS, &work.join("profilings"))).arg("-keep-stack-copies");
     let run = run_collect(cmd, SECONDS, &work);
     assert!(!run.log.contains("warning"), "{}", run.log);
     let copies = Profile::read(&run.dir);

@@ -79,6 +79,7 @@ pub fn collect(target: Target, options: &CollectOptions, trigger: Option<Trigger
         mode: options.mode(),
         perf_data: None,
         live_outputs: None,
+        unwind_stack_copies: !options.keep_stack_copies,
     };
 
     let opts = RecordOptions { command_env, ..record_options(target, options, run_dir.clone()) };
@@ -289,6 +290,8 @@ struct CollectObserver {
     perf_data: Option<(u64, Vec<EventDesc>, Arc<WriteProgress>)>,
     /// The outputs made while recording.
     live_outputs: Option<LiveOutputs>,
+    /// Whether the outputs made while recording replace perf.data by its copy with the stacks unwound.
+    unwind_stack_copies: bool,
 }
 
 /// The outputs of an on-CPU collection made while it records: a thread names the samples from perf.data as it is
@@ -346,6 +349,7 @@ impl CollectObserver {
         let (naming, capture_to) = capture.name_while_recording()?;
         let (end_to, end) = mpsc::sync_channel(1);
         let dir = self.run_dir.clone();
+        let unwind_stack_copies = self.unwind_stack_copies;
         let left = outputs_left(&dir, "perf.data, symbols/ and metadata.txt");
         let thread = std::thread::Builder::new().name("outputs".into()).spawn(move || {
             // While sampling runs the target comes first: this thread and those it starts (they inherit it) keep
@@ -353,7 +357,7 @@ impl CollectObserver {
             pipeline::set_nice(0, 10);
             pipeline::generate(OutputRequest {
                 dir: &dir,
-                recording: Recording::Following { reader: Box::new(reader), end },
+                recording: Recording::Following { reader: Box::new(reader), end, unwind_stack_copies },
                 names: FrameNames::Live { naming: Box::new(naming), left },
                 report: ReportOptions::default(),
                 title: None,

@@ -6,6 +6,7 @@
 
 use super::abi::{COUNT_HW_CPU_CYCLES, COUNT_HW_INSTRUCTIONS, COUNT_SW_CPU_CLOCK, COUNT_SW_DUMMY};
 use super::abi::{COUNT_SW_TASK_CLOCK, TYPE_HARDWARE, TYPE_SOFTWARE, TYPE_TRACEPOINT};
+use super::abi::{SAMPLE_REGS_USER, SAMPLE_STACK_USER};
 use super::sample::SampleFormat;
 use anyhow::{bail, Result};
 use perf_event_open_sys::bindings::perf_event_attr;
@@ -87,6 +88,26 @@ impl Attr {
 
     pub fn sample_type(&self) -> u64 {
         self.fields.0.sample_type
+    }
+
+    /// Whether its samples carry user registers and a user stack copy (to be unwound offline).
+    pub fn has_stack_copies(&self) -> bool {
+        self.sample_type() & SAMPLE_STACK_USER != 0
+    }
+
+    /// The same event with samples that carry neither user registers nor a stack copy: the layout of a recording
+    /// whose copies were unwound into its callchains. The stored size stays as it is.
+    pub fn without_stack_copies(&self) -> Attr {
+        let mut fields = self.fields.0;
+        fields.sample_type &= !(SAMPLE_REGS_USER | SAMPLE_STACK_USER);
+        fields.sample_regs_user = 0;
+        fields.sample_stack_user = 0;
+        let mut bytes = self.bytes.clone();
+        let n = bytes.len().min(std::mem::size_of::<perf_event_attr>());
+        // SAFETY: perf_event_attr is plain old data; its first `n` bytes (at most its size) are read as bytes.
+        let changed = unsafe { std::slice::from_raw_parts(&fields as *const _ as *const u8, n) };
+        bytes[..n].copy_from_slice(changed);
+        Attr { bytes, fields: Fields(fields) }
     }
 
     pub fn read_format(&self) -> u64 {

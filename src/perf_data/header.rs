@@ -45,6 +45,13 @@ pub struct EventDesc {
     pub ids: Vec<u64>,
 }
 
+impl EventDesc {
+    /// The same event, its samples without user registers and stack copies ([`Attr::without_stack_copies`]).
+    pub fn without_stack_copies(&self) -> EventDesc {
+        EventDesc { attr: self.attr.without_stack_copies(), ..self.clone() }
+    }
+}
+
 /// A DSO's build-id as stored in the BUILD_ID feature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BuildIdEntry {

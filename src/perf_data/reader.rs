@@ -426,7 +426,7 @@ impl PerfDataReader {
     }
 
     /// The bytes of the record at `offset` in the data section, header included.
-    fn whole_record_at(&self, offset: u64) -> Result<&[u8]> {
+    pub fn whole_record_at(&self, offset: u64) -> Result<&[u8]> {
         let data = self.data();
         let start = usize::try_from(offset).ok().filter(|&o| o + HEADER_SIZE <= data.len());
         let Some(start) = start else { bail!("no record at offset {offset} of the data section") };

@@ -24,7 +24,7 @@ use super::symbolizer::{Pace, SymbolizeStats, Symbolizer};
 use super::symbols_dir::{self, CapturedProcess};
 use super::ResolvedSample;
 use crate::fs::{Dir, Last, Limit, Root};
-use crate::perf_data::{PerfDataReader, Record};
+use crate::perf_data::{PerfDataReader, PerfDataWriter, Record};
 use anyhow::{Context, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -520,13 +520,16 @@ impl Pace for LivePace {
 impl LiveNaming {
     /// Names every sample of the recording `reader` follows, handing each to `f`, then saves what they used into
     /// `symbols/` (the capture must have been sent when the recording ended).
+    /// With `unwound_into`, writes the recording there again with its stack copies unwound (see
+    /// [`Symbolizer::for_each_sample_paced`]).
     pub fn for_each_sample(
         mut self,
         reader: &PerfDataReader,
+        unwound_into: Option<&mut PerfDataWriter>,
         f: impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<CaptureSummary> {
         let started = Instant::now();
-        let stats = self.symbolizer.for_each_sample_paced(reader, Some(&mut self.pace), f)?;
+        let stats = self.symbolizer.for_each_sample_paced(reader, Some(&mut self.pace), unwound_into, f)?;
         tracing::debug!("named while recording: the JIT's files loaded again {} times", self.pace.reloads);
         if let Some(e) = self.pace.failed.take() {
             return Err(e);

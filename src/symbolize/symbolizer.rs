@@ -17,7 +17,8 @@ use super::{Frame, FrameKind, OffCpuState, ResolvedSample, Stack, RUNNABLE_FRAME
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
 use crate::perf_data::abi::{REGS_ABI_64, REG_X86_BP, REG_X86_IP, REG_X86_SP};
-use crate::perf_data::{with_pager, BuildIdEntry, Pager, PerfDataReader, ReadStats, Record, Sample, Skimmed};
+use crate::perf_data::Skimmed;
+use crate::perf_data::{with_pager, BuildIdEntry, Pager, PerfDataReader, PerfDataWriter, ReadStats, Record, Sample};
 use anyhow::Result;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
@@ -197,9 +198,11 @@ const PREFETCH_AHEAD: usize = 8;
 /// x86-64 kernel addresses live in the upper half; used only when a chain carries no context marker.
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 
-/// In a callchain rebuilt from a stack copy, where the walk was cut short: shown as a marker frame. A value in the
-/// range of perf's context markers that perf itself does not use (`PERF_CONTEXT_MAX + 1`), never written to a file.
-const UNWIND_STOPPED: u64 = CONTEXT_MAX + 1;
+/// In a callchain rebuilt from a stack copy, where the walk was cut short: shown as a marker frame. An address no
+/// user code can have (the last page below perf's context markers, in the kernel's half), so it can be written
+/// into a recording's user callchain (see [`Symbolizer::for_each_sample_paced`]): perf shows it as an unknown
+/// frame, and perf stops reading a chain at a context marker it does not know.
+const UNWIND_STOPPED: u64 = CONTEXT_MAX - 1;
 
 /// The marker frame's name.
 pub const UNWIND_STOPPED_NAME: &str = "[unwinding stopped]";
@@ -230,8 +233,9 @@ pub struct Symbolizer {
     walker: StackWalker,
     cfi: CfiFiles,
     ignore_stack_copies: bool,
-    /// The callchain a stack copy's walk rebuilt (reused).
+    /// The callchain a stack copy's walk rebuilt (reused), and whether the sample named last was named by it.
     unwound: Vec<u64>,
+    last_unwound: bool,
 }
 
 impl Symbolizer {
@@ -257,6 +261,7 @@ impl Symbolizer {
             cfi: CfiFiles::new(opts.captured_dir.as_ref()),
             ignore_stack_copies: opts.ignore_stack_copies,
             unwound: Vec::new(),
+            last_unwound: false,
         })
     }
 
@@ -326,7 +331,7 @@ impl Symbolizer {
         reader: &PerfDataReader,
         f: impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<SymbolizeStats> {
-        self.for_each_sample_paced(reader, None, f)
+        self.for_each_sample_paced(reader, None, None, f)
     }
 
     /// Starts reading the jitdump `record` maps, if it maps one, on a thread of its own: the samples after it will
@@ -362,11 +367,15 @@ impl Symbolizer {
     }
 
     /// [`for_each_sample`](Self::for_each_sample) of an on-CPU recording still being written (a reader
-    /// [`following`](PerfDataReader::following) it): `pace` says how far naming may go.
+    /// [`following`](PerfDataReader::following) it): `pace` says how far naming may go. With `unwound_into` (its
+    /// events those of `reader` [`without_stack_copies`](crate::perf_data::EventDesc::without_stack_copies)), the
+    /// recording is written there again as it is replayed, in time order, a round at a time: every record as it
+    /// is, but each sample with the callchain its stack copy was unwound into, instead of the copy.
     pub(crate) fn for_each_sample_paced(
         &mut self,
         reader: &PerfDataReader,
         mut pace: Option<&mut dyn Pace>,
+        mut unwound_into: Option<&mut PerfDataWriter>,
         mut f: impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<SymbolizeStats> {
         self.prefetch(reader);
@@ -383,8 +392,11 @@ impl Symbolizer {
             );
         }
         let read = match switch_outs.measure() {
-            super::Measure::OnCpu => self.replay_by_rounds(reader, &mut pace, &event_names, &mut f)?,
+            super::Measure::OnCpu => {
+                self.replay_by_rounds(reader, &mut pace, &mut unwound_into, &event_names, &mut f)?
+            }
             _ if pace.is_some() => anyhow::bail!("only an on-CPU recording is named while it is written"),
+            _ if unwound_into.is_some() => anyhow::bail!("only an on-CPU recording is written with unwound stacks"),
             _ => self.replay_timed(reader, &switch_outs, &event_names, &mut f)?,
         };
         // What only the replay needed goes now, before the stages that follow it take their memory.
@@ -424,6 +436,7 @@ impl Symbolizer {
         &mut self,
         reader: &PerfDataReader,
         pace: &mut Option<&mut dyn Pace>,
+        unwound_into: &mut Option<&mut PerfDataWriter>,
         event_names: &[Arc<str>],
         f: &mut impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<ReadStats> {
@@ -454,7 +467,15 @@ impl Symbolizer {
                     Skimmed::Record(Record::FinishedRound) => {
                         let paced = pace.as_mut().map_or(u64::MAX, |p| p.named_up_to(self, false));
                         if let Some(limit) = complete_to.map(|t: u64| t.min(paced)) {
-                            let done = self.replay_waiting(reader, &mut waiting, limit, &mut sample, event_names, f)?;
+                            let done = self.replay_waiting(
+                                reader,
+                                &mut waiting,
+                                limit,
+                                &mut sample,
+                                unwound_into,
+                                event_names,
+                                f,
+                            )?;
                             undecodable += done;
                             lowest_waiting = waiting.iter().map(|w| w.offset).min();
                         }
@@ -468,7 +489,15 @@ impl Symbolizer {
                             waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });
                             lowest_waiting.get_or_insert(offset);
                         }
-                        None => lost += lost_by(&r),
+                        None => {
+                            lost += lost_by(&r);
+                            // Written again in its place in time, though the replay does not apply it.
+                            if unwound_into.is_some() {
+                                let time = r.time().unwrap_or(last_time);
+                                waiting.push(Waiting { time, offset, record: Some(Box::new(r)) });
+                                lowest_waiting.get_or_insert(offset);
+                            }
+                        }
                     },
                 }
                 if let Some(pager) = pager {
@@ -481,20 +510,24 @@ impl Symbolizer {
         if let Some(p) = pace {
             p.named_up_to(self, true);
         }
-        undecodable += self.replay_waiting(reader, &mut waiting, u64::MAX, &mut sample, event_names, f)?;
+        undecodable +=
+            self.replay_waiting(reader, &mut waiting, u64::MAX, &mut sample, unwound_into, event_names, f)?;
         read.undecodable_after_all(undecodable);
         self.stats.lost_samples = lost;
         Ok(read)
     }
 
     /// Names (or applies) the waiting records timed up to `limit`, in (time, place in the file) order, and takes
-    /// them out of `waiting`; returns how many of those samples did not decode.
+    /// them out of `waiting`, writing them into `unwound_into` as one round; returns how many of those samples did
+    /// not decode.
+    #[allow(clippy::too_many_arguments)]
     fn replay_waiting(
         &mut self,
         reader: &PerfDataReader,
         waiting: &mut Vec<Waiting>,
         limit: u64,
         sample: &mut Sample,
+        unwound_into: &mut Option<&mut PerfDataWriter>,
         event_names: &[Arc<str>],
         f: &mut impl FnMut(ResolvedSample) -> Result<()>,
     ) -> Result<u64> {
@@ -514,7 +547,12 @@ impl Symbolizer {
             }
             let w = &mut waiting[i];
             match w.record.take() {
-                Some(record) => self.observe(&record),
+                Some(record) => {
+                    self.observe(&record);
+                    if let Some(out) = unwound_into {
+                        out.write_raw(reader.whole_record_at(w.offset)?)?;
+                    }
+                }
                 None => {
                     let Ok(stack) = reader.sample_at(w.offset, sample) else {
                         undecodable += 1;
@@ -522,10 +560,16 @@ impl Symbolizer {
                     };
                     let event = reader.sample_formats().event_index(sample.id);
                     f(self.resolve(sample, stack, event_names[event].clone(), None))?;
+                    if let Some(out) = unwound_into {
+                        self.write_unwound(out, sample, event)?;
+                    }
                 }
             }
         }
         waiting.drain(..ready);
+        if let Some(out) = unwound_into.as_mut().filter(|_| ready > 0) {
+            out.finished_round()?;
+        }
         Ok(undecodable)
     }
 
@@ -679,6 +723,18 @@ impl Symbolizer {
         true
     }
 
+    /// Writes sample `s` of event `event`, just named, with the callchain its stack copy was unwound into (the one
+    /// it was named by; as recorded if it was not unwound), in the layout of `out`'s events.
+    fn write_unwound(&mut self, out: &mut PerfDataWriter, s: &mut Sample, event: usize) -> Result<()> {
+        if !self.last_unwound {
+            return out.write_sample(s, event);
+        }
+        std::mem::swap(&mut s.callchain, &mut self.unwound);
+        let written = out.write_sample(s, event);
+        std::mem::swap(&mut s.callchain, &mut self.unwound);
+        written
+    }
+
     /// Names one sample's frames, leaf first, context markers removed; a runnable switch-out's stack ends in a
     /// `[runnable]` frame.
     fn resolve(&mut self, s: &Sample, stack: &[u8], event: Arc<str>, off_cpu: Option<OffCpuState>) -> ResolvedSample {
@@ -689,6 +745,7 @@ impl Symbolizer {
         };
         // Unwinding first: the walked chain, not the recorded one, tells which stack this is.
         let unwound = self.unwind(s, stack);
+        self.last_unwound = unwound;
         let chain = std::mem::take(&mut self.unwound);
         let callchain = if unwound { &chain[..] } else { &s.callchain[..] };
         let key = &mut self.stack_key;
@@ -749,7 +806,7 @@ impl Symbolizer {
     /// Names a sample's frames; narrows `steady` to the times at which the same chain gets the same names.
     fn resolve_frames(&mut self, s: &Sample, callchain: &[u64], steady: &mut Range<u64>) -> Vec<Frame> {
         let mut frames = Vec::with_capacity(callchain.len().max(1));
-        let has_addresses = callchain.iter().any(|&a| a < CONTEXT_MAX);
+        let has_addresses = callchain.iter().any(|&a| a < CONTEXT_MAX && a != UNWIND_STOPPED);
         let sample_in_kernel = s.misc & MISC_CPUMODE_MASK == MISC_KERNEL;
         if has_addresses && self.sources.reading_jitdump() {
             self.load_libraries_of(s.pid, callchain);
@@ -1027,5 +1084,84 @@ impl ModuleSource for Modules<'_> {
 
     fn jit_frame(&mut self, addr: u64) -> Option<JitFrame> {
         self.sources.jit_frames(self.pid, self.processes)?.lookup(addr)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::Dir;
+    use crate::perf_data::echoes::tests::{stack_copy_writer, write_stack_copies};
+    use crate::perf_data::{Comm, EventDesc, Lost, SampleId};
+
+    fn records_of(path: &std::path::Path) -> (PerfDataReader, Vec<Record>) {
+        let reader = PerfDataReader::from_file(&File::open(path).unwrap(), path).unwrap();
+        let mut records = Vec::new();
+        reader
+            .for_each_record(|r| {
+                records.push(r);
+                Ok(())
+            })
+            .unwrap();
+        (reader, records)
+    }
+
+    /// A recording written again as it is replayed keeps every record, in time order a round at a time, and its
+    /// samples lose their stack copies and nothing else (these copies are of threads of no known process: their
+    /// callchains stay as recorded).
+    #[test]
+    fn a_recording_written_again_keeps_every_record_in_time_order_without_the_copies() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = stack_copy_writer(tmp.path());
+        let at = |time| SampleId { pid: Some(100), tid: Some(100), time: Some(time), ..Default::default() };
+        let comm = Comm { misc: 0, pid: 100, tid: 100, comm: "sorter".into(), sample_id: at(500) };
+        w.write_record(&Record::Comm(comm)).unwrap();
+        // Each round's samples out of time order (two threads' rings drained in turn).
+        write_stack_copies(&mut w, 10..20);
+        write_stack_copies(&mut w, 0..10);
+        w.finished_round().unwrap();
+        w.write_record(&Record::Lost(Lost { id: 0, lost: 7, sample_id: at(25_500) })).unwrap();
+        write_stack_copies(&mut w, 30..40);
+        write_stack_copies(&mut w, 20..30);
+        w.finished_round().unwrap();
+        w.finish(&Default::default()).unwrap();
+        let (reader, recorded) = records_of(&tmp.path().join("perf.data"));
+
+        let again = tempfile::tempdir().unwrap();
+        let events = reader.events().iter().map(EventDesc::without_stack_copies).collect();
+        let mut out = PerfDataWriter::create(&Dir::open(again.path()).unwrap(), "perf.data", events).unwrap();
+        let mut symbolizer = Symbolizer::new(&SymbolizeOptions::offline(Dir::open(again.path()).unwrap())).unwrap();
+        let mut named = 0;
+        let count = |_| {
+            named += 1;
+            Ok(())
+        };
+        let stats = symbolizer.for_each_sample_paced(&reader, None, Some(&mut out), count).unwrap();
+        out.finish(reader.features()).unwrap();
+        assert_eq!((named, stats.lost_samples), (40, 7));
+
+        let (rewritten, records) = records_of(&again.path().join("perf.data"));
+        assert!(reader.events()[0].attr.has_stack_copies() && !rewritten.events()[0].attr.has_stack_copies());
+        assert_eq!(rewritten.events()[0].attr.bytes().len(), reader.events()[0].attr.bytes().len());
+        let times: Vec<u64> = records.iter().filter_map(Record::time).collect();
+        assert!(times.windows(2).all(|t| t[0] <= t[1]), "not in time order: {times:?}");
+        let rounds = records.iter().filter(|r| matches!(r, Record::FinishedRound)).count();
+        assert_eq!(rounds, 2);
+        // The same records but for the copies, sorted the same way.
+        let by_time = |records: &[Record]| {
+            let mut kept: Vec<Record> = records
+                .iter()
+                .filter(|r| !matches!(r, Record::FinishedRound))
+                .cloned()
+                .map(|r| match r {
+                    Record::Sample(s) => Record::Sample(Sample { user: None, ..s }),
+                    r => r,
+                })
+                .collect();
+            kept.sort_by_key(|r| r.time());
+            kept
+        };
+        assert_eq!(by_time(&records), by_time(&recorded));
+        assert_eq!(records.len(), recorded.len());
     }
 }

@@ -24,7 +24,7 @@ use crate::archive::deflate::Codec;
 use crate::archive::tarball::{self, FileStamp, Indexed, Segment, Tarball};
 use crate::fs::{Dir, Kind, Limit, Staging};
 use crate::perf_data::echoes::StackEchoes;
-use crate::perf_data::{PerfDataReader, Record};
+use crate::perf_data::{EventDesc, PerfDataReader, PerfDataWriter, Record, SampleFormats};
 use crate::report::flamegraph::{self, FlameOptions};
 use crate::report::folded::Folded;
 use crate::report::metadata_txt::Metadata;
@@ -67,8 +67,9 @@ pub enum Recording {
     },
     /// Still being recorded: read as it is written (an on-CPU recording, named by a capture's
     /// [`LiveNaming`]) and compressed into the archive as it grows; what is known only at its end comes through
-    /// `end`.
-    Following { reader: Box<PerfDataReader>, end: mpsc::Receiver<RecordingEnd> },
+    /// `end`. With `unwind_stack_copies`, a recording with stack copies is replaced by one with the callchains
+    /// they were unwound into (see [`UnwoundPerfData`]).
+    Following { reader: Box<PerfDataReader>, end: mpsc::Receiver<RecordingEnd>, unwind_stack_copies: bool },
 }
 
 /// What a recording named while it was written adds once it is over.
@@ -110,17 +111,19 @@ impl Namer {
     }
 
     /// Names every sample, handing each to `f`. Gives back a symbolizer once done with it, to be freed when the
-    /// outputs are in place ([`free_in_background`]).
+    /// outputs are in place ([`free_in_background`]). A namer that names live writes `unwound_into` as it goes (see
+    /// [`UnwoundPerfData`]).
     fn for_each_sample(
         self,
         reader: &PerfDataReader,
+        unwound_into: Option<&mut PerfDataWriter>,
         f: impl FnMut(ResolvedSample) -> Result<()>,
     ) -> (Result<SymbolizeStats>, Option<Box<Symbolizer>>) {
         match self {
             Namer::Symbolizer(mut symbolizer) => (symbolizer.for_each_sample(reader, f), Some(symbolizer)),
             Namer::Capture(capture, left) => (capture.finish(reader, f).map(|saved| symbols_saved(saved, left)), None),
             Namer::Live(naming, left) => {
-                (naming.for_each_sample(reader, f).map(|saved| symbols_saved(saved, left)), None)
+                (naming.for_each_sample(reader, unwound_into, f).map(|saved| symbols_saved(saved, left)), None)
             }
         }
     }
@@ -179,7 +182,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let begun = Instant::now();
     let dir = req.dir;
     let perf_data = dir.shown(PERF_DATA_FILE);
-    let (reader, mut input) = match req.recording {
+    let (reader, mut input, unwind_stack_copies) = match req.recording {
         Recording::Complete { file, perf_data_segments, metadata } => {
             let reader = PerfDataReader::from_file(&file, &perf_data)?;
             let len = file.metadata().with_context(|| format!("cannot read {}", perf_data.display()))?.len();
@@ -193,9 +196,12 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             }
             // Archived from its own handle (read in pieces, not through the reader's mapping, so it does not stay
             // resident).
-            (reader, Input::Complete { file, perf_data_segments, metadata })
+            (reader, Input::Complete { file, perf_data_segments, metadata }, false)
         }
-        Recording::Following { reader, end } => (*reader, Input::Following(end)),
+        Recording::Following { reader, end, unwind_stack_copies } => {
+            let unwind = unwind_stack_copies && reader.events().iter().any(|e| e.attr.has_stack_copies());
+            (*reader, Input::Following(end), unwind)
+        }
     };
     let mut namer = Namer::new(req.names)?;
     if let Namer::Symbolizer(symbolizer) = &mut namer {
@@ -217,14 +223,25 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         .create_file(report::PERF_SCRIPT_FILE)
         .with_context(|| format!("cannot create {}", script_path.display()))?;
     let archive = Tarball::create(staging.dir(), report::ARCHIVE_FILE)?;
+    let mut unwound = match unwind_stack_copies {
+        true => Some(UnwoundPerfData::create(staging.dir(), &reader)?),
+        false => None,
+    };
     // A recording followed as it is written goes into the archive as it grows, far into the file, while
-    // perf_script.out is streamed at its start.
-    let mut follower = match reader.following_progress() {
-        Some(progress) => {
-            let data_start = reader.data_range().start;
+    // perf_script.out is streamed at its start; its unwound copy instead, as the naming writes it.
+    let followed = match (reader.following_progress(), &unwound) {
+        (Some(_), Some(UnwoundPerfData { writer: w })) => {
+            Some((staging.dir(), w.data_offset(), SampleFormats::of(w.events()), w.progress()))
+        }
+        (Some(progress), None) => {
+            Some((dir, reader.data_range().start, reader.sample_formats().clone(), progress.clone()))
+        }
+        (None, _) => None,
+    };
+    let mut follower = match followed {
+        Some((in_dir, data_start, formats, progress)) => {
             let far = archive.far_entry(perf_data_follower::head_len(data_start))?;
-            let formats = reader.sample_formats().clone();
-            Some(PerfDataFollower::start(dir, data_start, formats, progress.clone(), Some(far))?)
+            Some(PerfDataFollower::start(in_dir, data_start, formats, progress, Some(far))?)
         }
         None => None,
     };
@@ -309,7 +326,8 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             // The symbolizer reports the reader's warnings (with everything else it finds).
             let started = Instant::now();
             let mut batch = Vec::with_capacity(BATCH_SAMPLES);
-            let (stats, symbolizer) = namer.for_each_sample(&reader, |s| {
+            let unwound_into = unwound.as_mut().map(|u| &mut u.writer);
+            let (stats, symbolizer) = namer.for_each_sample(&reader, unwound_into, |s| {
                 batch.push(s);
                 if batch.len() == BATCH_SAMPLES {
                     let mut next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
@@ -326,6 +344,11 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             }
             drop(to_report);
             tracing::debug!("named the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+            // The recording is complete once its samples are named: so is its unwound copy.
+            let stats = match (unwound.take(), stats) {
+                (Some(unwound), Ok(stats)) => unwound.finish(dir).map(|()| stats),
+                (_, stats) => stats,
+            };
             let streamed = report.join().map_err(|_| anyhow!("the report stage panicked"))?;
             // The profile is complete: its small outputs are made while perf_script.out is still written and
             // compressed (when naming failed, or the report stage because the writer did, their errors come first).
@@ -391,6 +414,9 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
 
     let mut files: Vec<PathBuf> = vec![report::PERF_SCRIPT_FILE.into()];
     files.extend(written);
+    if unwind_stack_copies {
+        files.push(PERF_DATA_FILE.into());
+    }
     files.push(report::ARCHIVE_FILE.into());
     // All outputs are replaced or none (an abort waits for this).
     crate::interrupt::publish(|| staging.publish(&files))?;
@@ -411,6 +437,37 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     };
     free_in_background((symbolizer, reader, profile));
     Ok(summary)
+}
+
+/// A recording with stack copies written again, as it is named, with each copy replaced by the callchain it was
+/// unwound into (what `perf inject --convert-callchain` makes of a `perf record --call-graph dwarf` file): about
+/// a thirtieth of the size, every stack as profcpu names it for `perf report` too (perf's own unwinder stops at the
+/// first JIT frame), and a postprocess that has nothing left to unwind. It replaces the recording when the outputs
+/// are published.
+struct UnwoundPerfData {
+    writer: PerfDataWriter,
+}
+
+impl UnwoundPerfData {
+    /// Creates it in `staging`, for the recording `reader` follows.
+    fn create(staging: &Dir, reader: &PerfDataReader) -> Result<UnwoundPerfData> {
+        let events = reader.events().iter().map(EventDesc::without_stack_copies).collect();
+        Ok(UnwoundPerfData { writer: PerfDataWriter::create(staging, PERF_DATA_FILE, events)? })
+    }
+
+    /// Completes it once the recording in `dir` is complete: the recording's features, and the sample ids of the
+    /// events opened after it began.
+    fn finish(mut self, dir: &Dir) -> Result<()> {
+        let shown = dir.shown(PERF_DATA_FILE);
+        let recorded = open_recording(dir)?;
+        let recorded = PerfDataReader::from_file(&recorded, &shown)?;
+        for (i, event) in recorded.events().iter().enumerate() {
+            let known = &self.writer.events().get(i).map_or(&[][..], |e| &e.ids[..]);
+            let added: Vec<u64> = event.ids.iter().copied().filter(|id| !known.contains(id)).collect();
+            self.writer.add_ids(i, &added);
+        }
+        self.writer.finish(recorded.features())
+    }
 }
 
 /// The outputs made from the finished profile, written into the staging folder and compressed for the archive:

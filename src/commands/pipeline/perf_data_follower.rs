@@ -1,4 +1,5 @@
-//! perf.data compressed for the archive while it is being recorded. With stack copies a collection writes MBs a
+//! perf.data compressed for the archive while it is being recorded (or, for a collection whose stack copies are
+//! unwound into it, while that copy is written: see `UnwoundPerfData`). With stack copies a collection writes MBs a
 //! second (6 GB in 10 minutes at 999 Hz on two busy CPUs), and compressing that after the end took as long as
 //! naming every sample; followed as it grows, only what came last is left when the recording ends.
 //!
