@@ -198,11 +198,11 @@ const PREFETCH_AHEAD: usize = 8;
 /// x86-64 kernel addresses live in the upper half; used only when a chain carries no context marker.
 const KERNEL_HALF: u64 = 0xffff_8000_0000_0000;
 
-/// In a callchain rebuilt from a stack copy, where the walk was cut short: shown as a marker frame. An address no
-/// user code can have (the last page below perf's context markers, in the kernel's half), so it can be written
-/// into a recording's user callchain (see [`Symbolizer::for_each_sample_paced`]): perf shows it as an unknown
-/// frame, and perf stops reading a chain at a context marker it does not know.
-const UNWIND_STOPPED: u64 = CONTEXT_MAX - 1;
+/// In a callchain rebuilt from a stack copy, where the walk was cut short: shown as a marker frame. An address
+/// no code can have, user or kernel (non-canonical with 4- and 5-level page tables alike), so it can be written into
+/// a recording's user callchain (see [`Symbolizer::for_each_sample_paced`]): perf shows it as an unknown frame,
+/// where a context marker perf does not know would make it drop the whole chain.
+const UNWIND_STOPPED: u64 = 0x8000_0000_0000_0000;
 
 /// The marker frame's name.
 pub const UNWIND_STOPPED_NAME: &str = "[unwinding stopped]";
