@@ -485,7 +485,7 @@ fn describe_start(target: &Target, target_pid: Option<u32>, duration: Duration) 
     }
 }
 
-/// `profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB perf.data`, plus why it stopped early; the
+/// `profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB recorded`, plus why it stopped early; the
 /// off-CPU modes count switch-outs (`… 3012 samples and 40211 switch-outs (0 lost) …`).
 pub fn summary_line(s: &RecordSummary) -> String {
     let from = match s.target_pid {
@@ -498,7 +498,7 @@ pub fn summary_line(s: &RecordSummary) -> String {
         Mode::Wall => format!("{} samples and {} switch-outs", s.samples - s.switch_outs, s.switch_outs),
     };
     let mut line = format!(
-        "profcpu: {what} ({} lost) from {from} in {:.1} s, {:.1} MB perf.data",
+        "profcpu: {what} ({} lost) from {from} in {:.1} s, {:.1} MB recorded",
         s.lost,
         s.elapsed.as_secs_f64(),
         s.bytes_written as f64 / 1e6
@@ -604,9 +604,9 @@ mod tests {
             notices: vec![],
             kernel_frames: true,
         };
-        assert_eq!(summary_line(&s), "profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB perf.data");
+        assert_eq!(summary_line(&s), "profcpu: 3012 samples (0 lost) from PID 1234 in 10.0 s, 1.2 MB recorded");
         let s = RecordSummary { end_reason: EndReason::Signal("SIGINT".into()), target_pid: None, ..s };
-        assert!(summary_line(&s).ends_with("from all processes in 10.0 s, 1.2 MB perf.data (stopped by SIGINT)"));
+        assert!(summary_line(&s).ends_with("from all processes in 10.0 s, 1.2 MB recorded (stopped by SIGINT)"));
         let s = RecordSummary { mode: Mode::Wall, switch_outs: 12, target_pid: Some(7), ..s };
         assert!(summary_line(&s).starts_with("profcpu: 3000 samples and 12 switch-outs (0 lost) from PID 7"));
     }
