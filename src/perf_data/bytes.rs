@@ -70,6 +70,12 @@ impl Encoder {
         Self::default()
     }
 
+    /// An encoder writing into `buf`, emptied first (its memory reused).
+    pub fn over(mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        Encoder { buf }
+    }
+
     pub fn into_inner(self) -> Vec<u8> {
         self.buf
     }

@@ -206,9 +206,23 @@ impl Record {
 
     /// A sample as [`encode`](Self::encode) writes it, without wrapping (and copying) it in a record.
     pub fn encode_sample(sample: &Sample, format: &SampleFormat) -> Vec<u8> {
-        let mut e = Encoder::new();
+        let mut out = Vec::new();
+        Record::encode_sample_into(sample, format, &mut out);
+        out
+    }
+
+    /// [`encode_sample`](Record::encode_sample) into `out`, replacing what it held (a writer of many samples reuses
+    /// one buffer).
+    pub fn encode_sample_into(sample: &Sample, format: &SampleFormat, out: &mut Vec<u8>) {
+        let mut e = Encoder::over(std::mem::take(out));
+        e.u32(RECORD_SAMPLE);
+        e.u16(sample.misc);
+        e.u16(0);
         format.write_sample(&mut e, sample);
-        with_header(RECORD_SAMPLE, sample.misc, e.into_inner())
+        let mut record = e.into_inner();
+        let size = record.len() as u16;
+        record[6..8].copy_from_slice(&size.to_ne_bytes());
+        *out = record;
     }
 
     /// Encodes the record as the kernel would have written it with the given sample format (the `sample_id`

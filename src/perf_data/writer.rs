@@ -23,6 +23,8 @@ pub struct PerfDataWriter {
     data_offset: u64,
     data_size: u64,
     progress: Arc<WriteProgress>,
+    /// The last sample encoded: its buffer is reused for the next.
+    encoded: Vec<u8>,
 }
 
 impl PerfDataWriter {
@@ -39,7 +41,7 @@ impl PerfDataWriter {
         out.write_all(&attr_section(&events, &vec![Section::default(); events.len()]))?;
         let data_offset = FILE_HEADER_SIZE + attr_entry_size(&events) * events.len() as u64;
         let progress = Arc::new(WriteProgress::default());
-        Ok(PerfDataWriter { out, path, events, format, data_offset, data_size: 0, progress })
+        Ok(PerfDataWriter { out, path, events, format, data_offset, data_size: 0, progress, encoded: Vec::new() })
     }
 
     /// Sample ids of file descriptors opened after `create` (e.g. for threads found later).
@@ -66,8 +68,11 @@ impl PerfDataWriter {
     /// Encodes a sample of event `event` (an index in the events given to [`create`](Self::create)) in its layout.
     pub fn write_sample(&mut self, sample: &Sample, event: usize) -> Result<()> {
         let format = self.events.get(event).map_or(self.format, |e| e.attr.sample_format());
-        let bytes = Record::encode_sample(sample, &format);
-        self.write_raw(&bytes)
+        let mut bytes = std::mem::take(&mut self.encoded);
+        Record::encode_sample_into(sample, &format, &mut bytes);
+        let written = self.write_raw(&bytes);
+        self.encoded = bytes;
+        written
     }
 
     /// Marks that every record before this point may be sorted by time before any after it (perf's ordering rule).

@@ -344,6 +344,13 @@ fn trim_load(record: &[u8], swapped: bool, out: &mut Vec<u8>) {
     out.extend_from_slice(&kept[8..]);
 }
 
+impl JitCode {
+    /// `size` bytes of code at `start` from time `from` on, until other code replaces it.
+    fn placed(start: u64, size: u64, from: u64, name: Arc<str>, frame: Option<JitFrame>) -> JitCode {
+        JitCode { start, end: start.saturating_add(size), from, until: u64::MAX, name, frame }
+    }
+}
+
 /// Code placed at addresses over time: each placement, and what lives where.
 #[derive(Default)]
 struct Placements {
@@ -383,16 +390,13 @@ fn replay(mut events: Vec<(u64, Event)>) -> Vec<JitCode> {
     let mut placed = Placements::default();
     for (t, ev) in events {
         match ev {
-            Event::Load { start, size, name, frame } => {
-                let end = start.saturating_add(size);
-                placed.place(JitCode { start, end, from: t, until: u64::MAX, name, frame });
-            }
+            Event::Load { start, size, name, frame } => placed.place(JitCode::placed(start, size, t, name, frame)),
             Event::Move { old, new, size } => {
                 let Some(i) = placed.live.remove(&old) else { continue }; // code never seen loaded: no name
                 let moved = &mut placed.codes[i];
                 moved.until = t;
-                let (name, frame, end) = (moved.name.clone(), moved.frame, new.saturating_add(size));
-                placed.place(JitCode { start: new, end, from: t, until: u64::MAX, name, frame });
+                let (name, frame) = (moved.name.clone(), moved.frame);
+                placed.place(JitCode::placed(new, size, t, name, frame));
             }
         }
     }
@@ -407,8 +411,7 @@ fn replay_loads(events: Vec<(u64, Event)>) -> Vec<JitCode> {
     let mut loads: Vec<(usize, JitCode)> = Vec::with_capacity(events.len());
     for (i, (t, event)) in events.into_iter().enumerate() {
         if let Event::Load { start, size, name, frame } = event {
-            let end = start.saturating_add(size);
-            loads.push((i, JitCode { start, end, from: t, until: u64::MAX, name, frame }));
+            loads.push((i, JitCode::placed(start, size, t, name, frame)));
         }
     }
     loads.sort_unstable_by_key(|(i, c)| (c.start, *i));

@@ -38,7 +38,7 @@ use crate::symbolize::{
 use anyhow::{anyhow, bail, Context, Result};
 use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -462,7 +462,9 @@ impl UnwoundPerfData {
         let recorded = open_recording(dir)?;
         let recorded = PerfDataReader::from_file(&recorded, &shown)?;
         for (i, event) in recorded.events().iter().enumerate() {
-            let known = &self.writer.events().get(i).map_or(&[][..], |e| &e.ids[..]);
+            // A target of many threads on many CPUs has tens of thousands.
+            let known: HashSet<u64> =
+                self.writer.events().get(i).map(|e| e.ids.iter().copied().collect()).unwrap_or_default();
             let added: Vec<u64> = event.ids.iter().copied().filter(|id| !known.contains(id)).collect();
             self.writer.add_ids(i, &added);
         }
