@@ -13,7 +13,7 @@
 //! perf.data it also keeps the file's [`FileStamp`], so that a later run knows the file unchanged without reading
 //! hundreds of MB to compute their CRC again.
 
-use super::deflate::{deflate_segment, stored_block, Codec, EchoDeflater, FINAL_BLOCK};
+use super::deflate::{deflate_segment, stored_block, Codec, Deflater, EchoDeflater, FINAL_BLOCK};
 use crate::fs::Dir;
 use crate::repeats::Echo;
 use anyhow::{Context, Result};
@@ -433,6 +433,62 @@ impl Segment {
     }
 }
 
+/// A segment of file entries whose contents come in pieces, compressed by miniz as they come, so that no content is
+/// held whole: [`begin`](Self::begin) an entry with its length, [`feed`](Self::feed) its bytes, [`end`](Self::end)
+/// it.
+pub struct StreamedEntries {
+    deflater: Deflater,
+    len: u64,
+    /// The entry begun: its name, and how many of its bytes are still to come.
+    open: Option<(PathBuf, u64)>,
+}
+
+impl StreamedEntries {
+    pub fn new(level: flate2::Compression) -> StreamedEntries {
+        StreamedEntries { deflater: Deflater::new(level), len: 0, open: None }
+    }
+
+    /// Begins a file entry of `len` bytes (the previous one must be ended).
+    pub fn begin(&mut self, name: &Path, len: u64, mtime: u64) -> Result<()> {
+        anyhow::ensure!(self.open.is_none(), "{}: an entry was begun before the one before it ended", name.display());
+        self.deflater.feed(&tar_header(name, len, mtime, false)?);
+        self.len += BLOCK as u64;
+        self.open = Some((name.to_path_buf(), len));
+        Ok(())
+    }
+
+    /// The next bytes of the entry begun.
+    pub fn feed(&mut self, bytes: &[u8]) -> Result<()> {
+        let Some((name, left)) = &mut self.open else { anyhow::bail!("archive content given outside an entry") };
+        *left = left
+            .checked_sub(bytes.len() as u64)
+            .with_context(|| format!("{} became longer than its archive entry", name.display()))?;
+        self.deflater.feed(bytes);
+        self.len += bytes.len() as u64;
+        Ok(())
+    }
+
+    /// Ends the entry begun, which must have had all its bytes.
+    pub fn end(&mut self) -> Result<()> {
+        match self.open.take() {
+            Some((_, 0)) => {}
+            Some((name, _)) => anyhow::bail!("{} is shorter than its archive entry", name.display()),
+            None => anyhow::bail!("no archive entry to end"),
+        }
+        // Everything before the content is whole blocks.
+        let pad = padding(self.len);
+        self.deflater.feed(pad);
+        self.len += pad.len() as u64;
+        Ok(())
+    }
+
+    pub fn finish(self) -> Result<Segment> {
+        anyhow::ensure!(self.open.is_none(), "an archive entry was not ended");
+        let (compressed, crc) = self.deflater.finish();
+        Ok(Segment { compressed: Compressed::Memory(compressed), crc, len: self.len, stamp: None })
+    }
+}
+
 fn entry_headers(entries: &[Entry]) -> Result<Vec<[u8; BLOCK]>> {
     entries
         .iter()
@@ -736,6 +792,42 @@ mod tests {
     use super::*;
     use std::io::Read;
     use std::time::Duration;
+
+    /// Entries given in pieces make the bytes the same entries given whole make; a piece too many, or one too few,
+    /// is refused.
+    #[test]
+    fn streamed_entries_are_the_entries_given_whole() {
+        let (a, b) = (vec![b'a'; 1000], b"folded;stack 1\n".repeat(100));
+        let whole = Segment::of_entries(
+            Codec::Miniz(flate2::Compression::fast()),
+            &[Entry::File("a".into(), &a, 7), Entry::File("b".into(), &b, 7)],
+            false,
+        )
+        .unwrap();
+        let mut streamed = StreamedEntries::new(flate2::Compression::fast());
+        for (name, content) in [("a", &a), ("b", &b)] {
+            streamed.begin(Path::new(name), content.len() as u64, 7).unwrap();
+            for piece in content.chunks(333) {
+                streamed.feed(piece).unwrap();
+            }
+            streamed.end().unwrap();
+        }
+        let streamed = streamed.finish().unwrap();
+        let bytes = |segment: &Segment| match &segment.compressed {
+            Compressed::Memory(bytes) => crate::archive::deflate::inflate_segment(bytes),
+            _ => panic!("a segment in memory"),
+        };
+        assert_eq!(bytes(&streamed), bytes(&whole));
+        assert_eq!((streamed.len, streamed.crc.clone().finalize()), (whole.len, whole.crc.clone().finalize()));
+
+        let mut long = StreamedEntries::new(flate2::Compression::fast());
+        long.begin(Path::new("a"), 3, 7).unwrap();
+        assert!(long.feed(b"four").is_err());
+        let mut short = StreamedEntries::new(flate2::Compression::fast());
+        short.begin(Path::new("a"), 3, 7).unwrap();
+        short.feed(b"ab").unwrap();
+        assert!(short.end().is_err());
+    }
 
     /// Every length the padding may take decodes to nothing between two segments.
     #[test]

@@ -5,13 +5,15 @@
 //! waiting in a wall-clock one. The SVG keeps inferno's script: click to zoom, Ctrl+F or the
 //! Search button to highlight, and a `?s=<regex>` URL parameter that searches on load.
 
-use super::folded::Folded;
+use super::folded::{Folded, FoldedStack};
 use super::metadata_txt::Metadata;
 use super::Weight;
 use crate::symbolize::FrameKind;
 use anyhow::{bail, Context, Result};
 use inferno::flamegraph::color::{BackgroundColor, Color, PaletteMap};
 use inferno::flamegraph::{self, Options};
+use rustc_hash::FxHashSet;
+use std::borrow::Cow;
 use std::io::Write;
 
 /// What the flame graph says about itself.
@@ -161,12 +163,15 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
     }
     // inferno adds the counts up in 64 bits: weights a hostile recording gives can pass that together, and are then
     // drawn in proportion (halved until their sum fits).
-    let sum: u128 = folded.stacks().iter().map(|&(_, count)| u128::from(count)).sum();
+    let sum: u128 = folded.stacks().map(|(_, count)| u128::from(count)).sum();
     let halvings = (u128::BITS - sum.leading_zeros()).saturating_sub(u64::BITS);
-    let mut lines = Vec::with_capacity(folded.stacks().len());
-    for (stack, count) in folded.stacks() {
-        let count = count >> halvings;
-        let root = stack.split(';').next().unwrap_or_default();
+    let total = u64::try_from(sum >> halvings).unwrap_or(u64::MAX);
+    let (mut roots, mut leaves) = (FxHashSet::default(), FxHashSet::default());
+    for (stack, _) in folded.stacks() {
+        roots.insert(stack.ids()[0]);
+        leaves.insert(*stack.ids().last().expect("a stack has frames"));
+    }
+    for root in roots.into_iter().map(|id| &*folded.names()[id as usize]) {
         if palette.get(root).is_none() {
             let (r, g, b) = match opts.palette {
                 Palette::OffCpu => cold_color(None, root),
@@ -174,23 +179,14 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
             };
             palette.insert(root, rgb(r, g, b));
         }
-        let drawn = protect_trailing_number(stack);
-        if drawn.len() != stack.len() {
-            let (leaf, drawn_leaf) = (stack.rsplit(';').next(), drawn.rsplit(';').next());
-            if let (Some(leaf), Some(drawn_leaf)) = (leaf, drawn_leaf) {
-                let color = palette.get(leaf).unwrap_or_else(|| rgb(200, 200, 200));
-                palette.insert(drawn_leaf, color);
-            }
-        }
-        lines.push(format!("{drawn} {count}"));
     }
-    // In inferno's order (its own sort, cheap on lines that are sorted already), then cut to what it would draw.
-    lines.sort_unstable();
-    let total = u64::try_from(sum >> halvings).unwrap_or(u64::MAX);
-    let lines = match drawn_only(&lines, total, opts.min_width_percent) {
-        Some(cut) => cut,
-        None => lines,
-    };
+    for leaf in leaves.into_iter().map(|id| &*folded.names()[id as usize]) {
+        if let Cow::Owned(drawn) = protect_trailing_number(leaf) {
+            let color = palette.get(leaf).unwrap_or_else(|| rgb(200, 200, 200));
+            palette.insert(drawn, color);
+        }
+    }
+    let lines = drawn_lines(folded, halvings, total, opts.min_width_percent);
 
     let mut options = Options::default();
     options.title = opts.title.clone();
@@ -215,29 +211,77 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
     flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out).context("drawing the flame graph")
 }
 
-/// `lines` (`STACK COUNT`, sorted as inferno sorts them) cut to the frames inferno draws: it leaves out every frame
-/// narrower than `min_width_percent` of `total` (and so everything above it), so each stack is cut after its first
-/// such frame, and the stacks that become the same, one after the other, are added up. inferno then merges a few
-/// frames per line instead of every frame of every stack (a profile where nearly every stack is distinct spent most
-/// of its drawing time merging frames it then left out), and draws exactly the same graph.
+/// The lines inferno draws the graph from (`STACK COUNT`, in the folded order, counts halved `halvings` times, a leaf
+/// ending in a number protected), cut to the frames it draws: it leaves out every frame narrower than
+/// `min_width_percent` of `total` (and so everything above it), so each stack is cut after its first such frame, and
+/// the stacks that become the same, one after the other, are added up. inferno then merges a few frames per line
+/// instead of every frame of every stack (a profile where nearly every stack is distinct spent most of its drawing
+/// time merging frames it then left out), and draws exactly the same graph. The frames are compared by their name
+/// ids, and only the lines drawn are made into text.
 ///
 /// A cut stack keeps the `;` after its last frame (inferno reads an empty frame there, as narrow as its parent, and
-/// leaves it out): `f1;` sorts against `f12;…` as `f1;…` did, where `f1` alone would sort before it, and its leaf
-/// never ends in a number inferno could read as a count. `None` for a stack inferno would trim or skip (white space
-/// at its ends, a `# ` comment), and if the cut lines are somehow out of order: every line is drawn as it is.
-fn drawn_only(lines: &[String], total: u64, min_width_percent: f64) -> Option<Vec<String>> {
+/// leaves it out), so that its last frame never ends in a number inferno could read as a count. Stacks inferno would
+/// trim or skip (white space at their ends, a `# ` comment) are drawn whole, each on its own line.
+fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f64) -> Vec<String> {
+    let names = folded.names();
+    let mut stacks: Vec<(FoldedStack, u64)> =
+        folded.stacks().map(|(stack, count)| (stack, count >> halvings)).collect();
+    // The folded order is the lines' but where a name sorts otherwise once a count follows it (`f 2` before `f 2x`,
+    // a leaf protected).
+    let mut tails = (Vec::new(), Vec::new());
+    let mut line_order = |a: &(FoldedStack, u64), b: &(FoldedStack, u64)| {
+        let (x, y) = (a.0.ids(), b.0.ids());
+        // The lines are the same before the first name that differs and before a leaf (which may be protected).
+        let same = x.iter().zip(y).take_while(|(p, q)| p == q).count();
+        let from = same.min(x.len().min(y.len()).saturating_sub(1));
+        fn drawn_name<'a>(stack: &FoldedStack<'a>, depth: usize) -> Cow<'a, str> {
+            let name = stack.name(stack.ids()[depth]);
+            match depth + 1 == stack.ids().len() {
+                true => protect_trailing_number(name),
+                false => Cow::Borrowed(name),
+            }
+        }
+        let (p, q) = (drawn_name(&a.0, from), drawn_name(&b.0, from));
+        if let Some((p, q)) = p.bytes().zip(q.bytes()).find(|(p, q)| p != q) {
+            // What follows a differing byte does not count.
+            return p.cmp(&q);
+        }
+        tails.0.clear();
+        tails.1.clear();
+        push_line_tail(&a.0, a.1, from, &mut tails.0);
+        push_line_tail(&b.0, b.1, from, &mut tails.1);
+        tails.0.cmp(&tails.1)
+    };
+    if !stacks.windows(2).all(|w| line_order(&w[0], &w[1]).is_le()) {
+        stacks.sort_by(line_order);
+    }
+    let whole = |stack: &FoldedStack, count: u64| {
+        let mut line = Vec::new();
+        push_line_tail(stack, count, 0, &mut line);
+        String::from_utf8(line).expect("names are text")
+    };
+    let plain = |stack: &FoldedStack| {
+        let (root, leaf) = (&names[stack.ids()[0] as usize], &names[*stack.ids().last().unwrap_or(&0) as usize]);
+        !root.starts_with(char::is_whitespace) && !root.starts_with("# ") && !leaf.ends_with(char::is_whitespace)
+    };
+    // Every stack whole, in the order inferno needs.
+    let every_stack = || stacks.iter().map(|(stack, count)| whole(stack, *count)).collect();
+    if !stacks.iter().all(|(stack, _)| plain(stack)) {
+        return every_stack();
+    }
     // inferno's own arithmetic (flamegraph::from_lines), so that every frame is kept or left out as it decides.
     let widthpertime_pct = 100.0 / total as f64;
     let minwidth_time = min_width_percent / widthpertime_pct;
     let narrow = |width: u64| (width as f64) < minwidth_time;
-    let mut stacks = Vec::with_capacity(lines.len());
-    for line in lines {
-        let (stack, count) = line.rsplit_once(' ')?;
-        if stack.trim() != stack || stack.starts_with("# ") {
-            return None;
-        }
-        stacks.push((stack, count.parse::<u64>().ok()?));
-    }
+    // A frame as inferno tells frames apart: its name, in which a leaf ending in a number is another name.
+    let mut protects = vec![None; names.len()];
+    let mut drawn = |stack: &FoldedStack, depth: usize| {
+        let id = stack.ids()[depth];
+        let leaf = depth + 1 == stack.ids().len()
+            && *protects[id as usize]
+                .get_or_insert_with(|| matches!(protect_trailing_number(&names[id as usize]), Cow::Owned(_)));
+        (id, leaf)
+    };
     // How many frames of each stack to keep: up to its first narrow frame. A frame is a run of consecutive stacks
     // with the same frames up to its own, as inferno merges them.
     let mut keep = vec![usize::MAX; stacks.len()];
@@ -254,37 +298,74 @@ fn drawn_only(lines: &[String], total: u64, min_width_percent: f64) -> Option<Ve
         }
         open.truncate(depth);
     };
-    let mut before: &[u8] = &[];
-    for (i, &(stack, count)) in stacks.iter().enumerate() {
-        // The frames shared with the stack before: those whole in the bytes both start with.
-        let stack = stack.as_bytes();
-        let common = before.iter().zip(stack).take_while(|(a, b)| a == b).count();
-        let ends_frame = |s: &[u8]| s.get(common).map_or(true, |&b| b == b';');
-        let mut shared = memchr::memchr_iter(b';', &stack[..common]).count();
-        if !before.is_empty() && ends_frame(before) && ends_frame(stack) {
-            shared += 1;
-        }
+    for (i, (stack, count)) in stacks.iter().enumerate() {
+        let shared = match i.checked_sub(1) {
+            Some(before) => {
+                let before = &stacks[before].0;
+                let same = before.ids().iter().zip(stack.ids()).take_while(|(p, q)| p == q).count();
+                // Only the last of them can be a leaf, and so drawn as another name.
+                match same.checked_sub(1) {
+                    Some(last) if drawn(before, last) != drawn(stack, last) => last,
+                    _ => same,
+                }
+            }
+            None => 0,
+        };
         close_from(shared, &mut open, time, i);
-        let frames = memchr::memchr_iter(b';', stack).count() + 1;
-        open.resize(frames.max(shared), (time, i));
-        time = time.saturating_add(count);
-        before = stack;
+        open.resize(stack.ids().len(), (time, i));
+        time = time.saturating_add(*count);
     }
     close_from(0, &mut open, time, stacks.len());
 
-    let mut out: Vec<(&str, u64)> = Vec::with_capacity(stacks.len());
-    for (&(stack, count), &keep) in stacks.iter().zip(&keep) {
-        let cut = match stack.match_indices(';').nth(keep - 1) {
-            Some((at, _)) => &stack[..=at],
-            None => stack,
-        };
-        match out.last_mut() {
-            Some((last, n)) if *last == cut => *n = n.saturating_add(count),
-            _ => out.push((cut, count)),
+    // A stack cut like the one before adds to its line.
+    let mut lines: Vec<String> = Vec::new();
+    let mut cut: Option<(&[u32], u64)> = None;
+    let end_cut = |cut: Option<(&[u32], u64)>, lines: &mut Vec<String>| {
+        if let Some((ids, count)) = cut {
+            let mut line = Vec::new();
+            for &id in ids {
+                line.extend_from_slice(names[id as usize].as_bytes());
+                line.push(b';');
+            }
+            write!(line, " {count}").expect("writing into memory");
+            lines.push(String::from_utf8(line).expect("names are text"));
+        }
+    };
+    for ((stack, count), &keep) in stacks.iter().zip(&keep) {
+        if keep >= stack.ids().len() {
+            end_cut(cut.take(), &mut lines);
+            lines.push(whole(stack, *count));
+            continue;
+        }
+        let ids = &stack.ids()[..keep];
+        match &mut cut {
+            Some((before, sum)) if *before == ids => *sum = sum.saturating_add(*count),
+            _ => end_cut(cut.replace((ids, *count)), &mut lines),
         }
     }
-    let out: Vec<String> = out.into_iter().map(|(stack, count)| format!("{stack} {count}")).collect();
-    out.windows(2).all(|w| w[0] <= w[1]).then_some(out)
+    end_cut(cut, &mut lines);
+    tracing::debug!("{} stacks drawn as {} lines", stacks.len(), lines.len());
+    // The cut lines are in order but where a cut leaves a name that sorted otherwise with what followed it.
+    match lines.windows(2).all(|w| w[0] <= w[1]) {
+        true => lines,
+        false => every_stack(),
+    }
+}
+
+/// Appends a stack's line as inferno reads it, from its frame `from` on: the names joined by `;`, the leaf protected
+/// ([`protect_trailing_number`]), a space and the count.
+fn push_line_tail(stack: &FoldedStack, count: u64, from: usize, out: &mut Vec<u8>) {
+    let ids = stack.ids();
+    for (depth, &id) in ids.iter().enumerate().skip(from) {
+        if depth > from {
+            out.push(b';');
+        }
+        match depth + 1 == ids.len() {
+            true => out.extend_from_slice(protect_trailing_number(stack.name(id)).as_bytes()),
+            false => out.extend_from_slice(stack.name(id).as_bytes()),
+        }
+    }
+    write!(out, " {count}").expect("writing into memory");
 }
 
 /// A colour for a frame: the hue says the kind of code, a shade derived from the name tells neighbours apart and
@@ -332,7 +413,7 @@ fn rgb(r: u8, g: u8, b: u8) -> Color {
 
 /// inferno reads the last space-separated number(s) of a line as counts, so a leaf named e.g. `Worker 2` would be
 /// taken for a second (differential) count. A no-break space keeps the name looking the same in the graph.
-fn protect_trailing_number(stack: &str) -> std::borrow::Cow<'_, str> {
+fn protect_trailing_number(stack: &str) -> Cow<'_, str> {
     if let Some(space) = stack.rfind(' ') {
         let tail = &stack[space + 1..];
         let numeric =
@@ -380,8 +461,9 @@ mod title_tests {
 }
 
 #[cfg(test)]
-mod drawn_only_tests {
-    use super::{drawn_only, protect_trailing_number};
+mod drawn_lines_tests {
+    use super::{drawn_lines, protect_trailing_number};
+    use crate::report::folded::Folded;
     use inferno::flamegraph::{self, Options};
 
     fn svg(lines: &[String]) -> String {
@@ -395,31 +477,35 @@ mod drawn_only_tests {
     }
 
     /// Random profiles, in a quarter of them with names that sort below `;` (`f(`, `f.x`, `f x`, `f1`/`f12`) and
-    /// names ending in numbers: the cut lines draw exactly what all of them draw.
+    /// names ending in numbers: the cut lines draw exactly what every stack drawn whole draws.
     #[test]
     fn the_cut_lines_draw_the_same_graph() {
         let plain = ["a", "b", "c", "f", "g", "h", "Main", "[k]"];
         let tricky = ["a", "b", "f", "f(int)", "f.x", "f x", "Worker 2", "f1", "f12", "[k]"];
         let mut rng = crate::random_inputs::Rng::new(0xf1a3e);
-        let mut cut_some = 0;
+        let (mut cut_some, mut out_of_order) = (0, 0);
         for round in 0..300 {
+            let names: &[&str] = if round % 4 == 0 { &tricky } else { &plain };
             let mut stacks = std::collections::BTreeMap::new();
             for _ in 0..1 + rng.below(200) {
                 let depth = 1 + rng.below(if round % 3 == 0 { 3 } else { 12 });
-                let names: &[&str] = if round % 4 == 0 { &tricky } else { &plain };
-                let frames: Vec<&str> = (0..depth).map(|_| names[rng.below(names.len())]).collect();
-                *stacks.entry(frames.join(";")).or_insert(0u64) +=
-                    1 + rng.below(if round % 2 == 0 { 3 } else { 50 }) as u64;
+                let ids: Box<[u32]> = (0..depth).map(|_| rng.below(names.len()) as u32).collect();
+                *stacks.entry(ids).or_insert(0u64) += 1 + rng.below(if round % 2 == 0 { 3 } else { 50 }) as u64;
             }
-            let total = stacks.values().sum();
-            // As write_svg makes them: a leaf ending in a number protected.
-            let mut lines: Vec<String> =
-                stacks.iter().map(|(s, n)| format!("{} {n}", protect_trailing_number(s))).collect();
-            lines.sort_unstable();
-            let cut = drawn_only(&lines, total, 0.5).expect("sorted lines of plain stacks are always cut");
-            cut_some += usize::from(cut != lines);
-            assert!(svg(&cut) == svg(&lines), "round {round}: {lines:?} cut to {cut:?}");
+            let folded = Folded::of_stacks(names.iter().map(|&n| n.into()).collect(), stacks.into_iter().collect());
+            // Every stack whole, as inferno would read the folded file's lines (a leaf ending in a number
+            // protected), in the folded order.
+            let mut whole: Vec<String> = folded
+                .stacks()
+                .map(|(stack, n)| format!("{} {n}", protect_trailing_number(&stack.to_string())))
+                .collect();
+            out_of_order += usize::from(!whole.windows(2).all(|w| w[0] <= w[1]));
+            whole.sort_unstable();
+            let cut = drawn_lines(&folded, 0, folded.total(), 0.5);
+            cut_some += usize::from(cut != whole);
+            assert!(svg(&cut) == svg(&whole), "round {round}: {whole:?} cut to {cut:?}");
         }
         assert!(cut_some > 150, "only {cut_some} of 300 profiles were cut");
+        assert!(out_of_order > 20, "only {out_of_order} of 300 profiles had lines out of the folded order");
     }
 }

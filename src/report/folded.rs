@@ -7,7 +7,7 @@ use super::Weight;
 use crate::symbolize::{Frame, FrameKind, OffCpuState, ResolvedSample};
 use rustc_hash::FxHashMap;
 use std::collections::{HashMap, HashSet};
-use std::io::{self, Write};
+use std::io::Write;
 
 /// Options for [`Folder`].
 #[derive(Debug, Clone, Default)]
@@ -25,8 +25,11 @@ pub struct FoldOptions {
 /// The folded stacks of a set of samples.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Folded {
-    /// `(stack, count)`, stack = frame names joined by `;`, root first; sorted by stack, bytewise.
-    stacks: Vec<(String, u64)>,
+    /// Every name a stack may use, by id.
+    names: Vec<Box<str>>,
+    /// `(stack, count)`: each distinct stack as the ids of its names, root first, sorted by its text (the names
+    /// joined by `;`), bytewise.
+    stacks: Vec<(Box<[u32]>, u64)>,
     kinds: HashMap<String, FrameKind>,
     total: u64,
     samples: u64,
@@ -38,6 +41,60 @@ pub struct Folded {
     time_by_frame: Vec<TimeByFrame>,
     /// With [`Weight::Time`]: the frame names whose time is mostly off the CPU (drawn in cold colours).
     off_cpu_names: HashSet<String>,
+}
+
+/// One of [`Folded`]'s stacks: its names, root first.
+#[derive(Clone, Copy)]
+pub struct FoldedStack<'a> {
+    names: &'a [Box<str>],
+    ids: &'a [u32],
+}
+
+impl<'a> FoldedStack<'a> {
+    /// Each frame's name id, root first (the same id is the same name).
+    pub fn ids(&self) -> &'a [u32] {
+        self.ids
+    }
+
+    pub fn name(&self, id: u32) -> &'a str {
+        &self.names[id as usize]
+    }
+
+    /// Appends its text (the names joined by `;`).
+    pub fn push_text(&self, out: &mut Vec<u8>) {
+        for (i, &id) in self.ids.iter().enumerate() {
+            if i > 0 {
+                out.push(b';');
+            }
+            out.extend_from_slice(self.name(id).as_bytes());
+        }
+    }
+}
+
+/// Its text: the names joined by `;`.
+impl std::fmt::Display for FoldedStack<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, &id) in self.ids.iter().enumerate() {
+            if i > 0 {
+                f.write_str(";")?;
+            }
+            f.write_str(self.name(id))?;
+        }
+        Ok(())
+    }
+}
+
+/// The order of two stacks' texts (their names joined by `;`), bytewise, found without making the texts: names hold
+/// no `;` ([`super::names`] turns it into `:`), so the texts are the same up to the first name that differs, and
+/// after that name comes a `;` if its stack goes on, else the end of the text, which sorts first.
+fn text_order(names: &[Box<str>], a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+    let Some(at) = a.iter().zip(b).position(|(x, y)| x != y) else {
+        return a.len().cmp(&b.len());
+    };
+    let (x, y) = (names[a[at] as usize].as_bytes(), names[b[at] as usize].as_bytes());
+    let common = x.iter().zip(y).take_while(|(p, q)| p == q).count();
+    let after = |name: &[u8], stack: &[u32]| name.get(common).copied().or((at + 1 < stack.len()).then_some(b';'));
+    after(x, a).cmp(&after(y, b))
 }
 
 /// Time spent at one frame: on the CPU with it as the leaf, or off the CPU waiting in it (see [`waiting_frame`]).
@@ -83,9 +140,19 @@ fn is_shared_library(module: &str) -> bool {
 }
 
 impl Folded {
-    /// The distinct stacks with their counts, sorted.
-    pub fn stacks(&self) -> &[(String, u64)] {
-        &self.stacks
+    /// The distinct stacks with their counts, sorted by their text, bytewise.
+    pub fn stacks(&self) -> impl ExactSizeIterator<Item = (FoldedStack<'_>, u64)> + '_ {
+        self.stacks.iter().map(|(ids, count)| (FoldedStack { names: &self.names, ids }, *count))
+    }
+
+    /// Every name a stack may use, by id.
+    pub fn names(&self) -> &[Box<str>] {
+        &self.names
+    }
+
+    /// How many distinct stacks there are.
+    pub fn len(&self) -> usize {
+        self.stacks.len()
     }
 
     /// The sum of all counts.
@@ -129,12 +196,43 @@ impl Folded {
         self.kinds.iter().map(|(name, kind)| (name.as_str(), *kind))
     }
 
-    /// Writes the folded file: `stack count` lines.
-    pub fn write(&self, out: &mut impl Write) -> io::Result<()> {
-        for (stack, count) in &self.stacks {
-            writeln!(out, "{stack} {count}")?;
+    /// The folded file's length in bytes: what [`write_in_pieces`](Self::write_in_pieces) writes.
+    pub fn text_len(&self) -> u64 {
+        let names: Vec<u64> = self.names.iter().map(|name| name.len() as u64).collect();
+        let line = |(ids, count): &(Box<[u32]>, u64)| {
+            let names: u64 = ids.iter().map(|&id| names[id as usize]).sum();
+            // The `;`s, a space, the count and the newline.
+            names + ids.len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2
+        };
+        self.stacks.iter().map(line).sum()
+    }
+
+    /// Writes the folded file (`stack count` lines) in pieces of about `piece` bytes, so that it is never held whole:
+    /// with nearly every stack distinct it is as large as the recording.
+    pub fn write_in_pieces<E>(&self, piece: usize, mut write: impl FnMut(&[u8]) -> Result<(), E>) -> Result<(), E> {
+        let mut out = Vec::with_capacity(piece + 4096);
+        for (stack, count) in self.stacks() {
+            stack.push_text(&mut out);
+            writeln!(out, " {count}").expect("writing into memory");
+            if out.len() >= piece {
+                write(&out)?;
+                out.clear();
+            }
         }
-        Ok(())
+        match out.is_empty() {
+            true => Ok(()),
+            false => write(&out),
+        }
+    }
+}
+
+#[cfg(test)]
+impl Folded {
+    /// A profile of just these stacks (ids of `names`, each stack once), sorted as a [`Folder`] sorts them.
+    pub(crate) fn of_stacks(names: Vec<Box<str>>, mut stacks: Vec<(Box<[u32]>, u64)>) -> Folded {
+        stacks.sort_unstable_by(|a, b| text_order(&names, &a.0, &b.0));
+        let total = stacks.iter().map(|(_, count)| count).sum();
+        Folded { names, stacks, total, ..Folded::default() }
     }
 }
 
@@ -285,18 +383,13 @@ impl Folder {
         let mut used = vec![false; namer.name_count()];
         // Per name, its time on and off the CPU (a name counts once per stack).
         let mut name_time = vec![[0u64; 2]; if weight == Weight::Time { namer.name_count() } else { 0 }];
-        let mut stacks: Vec<(String, u64)> = slots
+        let mut stacks: Vec<(Box<[u32]>, u64)> = slots
             .into_iter()
             .map(|(ids, slot)| {
                 let count = counts[slot as usize];
                 total = total.saturating_add(count);
-                let mut line = String::with_capacity(ids.len() * 24);
                 let time = slot_time.get(slot as usize).copied();
                 for (i, &id) in ids.iter().enumerate() {
-                    if i > 0 {
-                        line.push(';');
-                    }
-                    line.push_str(namer.name(id));
                     used[id as usize] = true;
                     if let (Some(time), Some(total)) = (time, name_time.get_mut(id as usize)) {
                         if !ids[..i].contains(&id) {
@@ -305,10 +398,10 @@ impl Folder {
                         }
                     }
                 }
-                (line, count)
+                (ids, count)
             })
             .collect();
-        stacks.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        stacks.sort_unstable_by(|a, b| text_order(namer.names(), &a.0, &b.0));
 
         let kinds = (0..namer.name_count() as u32)
             .filter(|&id| used[id as usize])
@@ -337,6 +430,44 @@ impl Folder {
             .filter(|&id| namer.kind(id).is_some() && name_time[id as usize][1] > name_time[id as usize][0])
             .map(|id| namer.name(id).to_string())
             .collect();
-        Folded { stacks, kinds, total, samples: folded_samples, input_samples, leaves, time_by_frame, off_cpu_names }
+        Folded {
+            names: namer.into_names(),
+            stacks,
+            kinds,
+            total,
+            samples: folded_samples,
+            input_samples,
+            leaves,
+            time_by_frame,
+            off_cpu_names,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Folded;
+
+    /// Stacks of names that sort below and above `;`, and names that begin other names (`f1`, `f12`, `f1 2`): the
+    /// order found from the ids is the order of the texts.
+    #[test]
+    fn stacks_are_in_the_order_of_their_texts() {
+        let names = ["f", "f1", "f12", "f1 2", "f(int)", "f.x", "f:x", "f<", "Main", "[k]", "é", "e"];
+        let mut rng = crate::random_inputs::Rng::new(0x5eed);
+        for _ in 0..200 {
+            let mut stacks = std::collections::BTreeSet::new();
+            for _ in 0..1 + rng.below(60) {
+                let depth = 1 + rng.below(5);
+                stacks.insert((0..depth).map(|_| rng.below(names.len()) as u32).collect::<Box<[u32]>>());
+            }
+            let folded = Folded::of_stacks(
+                names.iter().map(|&n| n.into()).collect(),
+                stacks.into_iter().map(|s| (s, 1)).collect(),
+            );
+            let ours: Vec<String> = folded.stacks().map(|(stack, _)| stack.to_string()).collect();
+            let mut texts = ours.clone();
+            texts.sort();
+            assert_eq!(ours, texts);
+        }
     }
 }

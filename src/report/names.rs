@@ -26,7 +26,12 @@ use std::borrow::Cow;
 
 /// Whether the frame has a usable symbol (a blank one counts as none).
 pub fn is_named(frame: &Frame) -> bool {
-    frame.symbol.as_deref().is_some_and(|s| !s.trim().is_empty())
+    // Asked for every frame of every sample: a symbol that starts with a visible ASCII character is the answer
+    // without trimming it.
+    frame
+        .symbol
+        .as_deref()
+        .is_some_and(|s| s.as_bytes().first().is_some_and(u8::is_ascii_graphic) || !s.trim().is_empty())
 }
 
 /// The label of a frame: its trimmed symbol, or `<module basename>+0x<offset>` when it has none.

@@ -21,7 +21,7 @@ use super::stacks::{arc_identity, KeepAlive, PerStack};
 use super::Weight;
 use crate::repeats::{Piece, RepeatedLine, RepeatedText, Span};
 use crate::symbolize::{Frame, ResolvedSample};
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
 use std::hash::Hasher;
 use std::sync::Arc;
 
@@ -34,7 +34,7 @@ pub struct ScriptOptions {
     pub weight: Weight,
 }
 
-#[derive(PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct FrameKey {
     symbol: (usize, usize),
     module: (usize, usize),
@@ -55,24 +55,35 @@ pub struct ScriptWriter {
     events: FxHashMap<(usize, usize), (u32, Box<str>)>,
     keep: KeepAlive,
     stacks: PerStack<Arc<StackText>>,
-    /// The text of the last unshared stack rendered.
+    /// Shared stacks seen once since they were last kept: kept from their second sample on, so that a profile of
+    /// (nearly) only distinct stacks keeps no text it never shows again.
+    seen_once: FxHashSet<u64>,
+    /// The text of the last stack rendered but not kept.
     unshared: Option<Arc<StackText>>,
     lines: LineWriter,
 }
 
-/// Renders frame lines ([`StackText`]s), remembering how each distinct frame is spelled and which ids its
-/// lines and rests have.
+/// Renders frame lines ([`StackText`]s), remembering how each distinct frame is spelled, each distinct line
+/// (frame and address) as it was rendered, and which ids lines and rests have.
 #[derive(Default)]
 struct LineWriter {
     frame_ids: FxHashMap<FrameKey, u32>,
     frames: Vec<FrameText>,
     keep: KeepAlive,
-    /// Ids of lines by (frame, address, offset) and of rests by (line, the rest after it; 0: only the blank
-    /// line).
-    line_ids: FxHashMap<(u32, u64, u64), u64>,
+    /// Each distinct line rendered (an index in `lines`), by its frame, address and offset; starts over with the
+    /// ids.
+    line_index: FxHashMap<(FrameKey, u64, u64), u32>,
+    lines: Vec<RenderedLine>,
+    /// Ids of rests by (line, the rest after it; 0: only the blank line).
     rest_ids: FxHashMap<(u64, u64), u64>,
     /// The last id handed out (0 is never one).
     last_piece_id: u64,
+}
+
+/// A frame line as it was rendered: its bytes, its id and its pieces.
+struct RenderedLine {
+    text: Box<[u8]>,
+    line: RepeatedLine,
 }
 
 /// A stack's lines in perf script text, and the blank line that ends a sample: the same for every sample of the
@@ -82,6 +93,9 @@ pub type StackText = RepeatedText;
 
 /// Bytes of rendered stack text kept for reuse.
 const STACK_TEXT_KEPT: usize = 8 << 20;
+
+/// Shared stacks remembered as seen once before they are forgotten.
+const SEEN_ONCE_KEPT: usize = 1 << 16;
 
 /// Line and rest ids kept before their tables start over.
 const PIECE_IDS_KEPT: usize = 1 << 16;
@@ -108,6 +122,7 @@ impl ScriptWriter {
             events: FxHashMap::default(),
             keep: KeepAlive::default(),
             stacks: PerStack::new(STACK_TEXT_KEPT),
+            seen_once: FxHashSet::default(),
             unshared: None,
             lines: LineWriter::default(),
         }
@@ -124,7 +139,7 @@ impl ScriptWriter {
     ) -> &Arc<StackText> {
         self.write_header(sample, out, spans);
         let id = sample.frames.id();
-        if id == 0 {
+        if id == 0 || self.first_sight(id) {
             let stack = Arc::new(self.lines.stack_text(&sample.frames, false));
             return self.unshared.insert(stack);
         }
@@ -135,6 +150,21 @@ impl ScriptWriter {
             (Arc::new(stack), cost)
         };
         self.stacks.get_or_insert_with(id, make).expect("a shared stack has an id")
+    }
+
+    /// Whether the shared stack `id` is seen for the first time (since it was last kept).
+    fn first_sight(&mut self, id: u64) -> bool {
+        if self.stacks.get(id).is_some() {
+            return false;
+        }
+        if self.seen_once.remove(&id) {
+            return false;
+        }
+        if self.seen_once.len() >= SEEN_ONCE_KEPT {
+            self.seen_once.clear();
+        }
+        self.seen_once.insert(id);
+        true
     }
 
     fn write_header(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) {
@@ -193,73 +223,87 @@ impl LineWriter {
     /// (rendered once for many samples): for one rendered per sample, looking its rests up costs more than it
     /// saves.
     fn stack_text(&mut self, frames: &[Frame], shared: bool) -> StackText {
+        if self.line_index.len() + self.rest_ids.len() > PIECE_IDS_KEPT {
+            // Ids already handed out stay valid: new ones are never the same numbers.
+            self.line_index.clear();
+            self.lines.clear();
+            self.rest_ids.clear();
+        }
         let mut text = Vec::with_capacity(frames.len() * 128 + 1);
         let mut lines = Vec::with_capacity(frames.len());
-        let mut line_keys = Vec::with_capacity(frames.len());
         for frame in frames {
-            let key = frame_key(frame);
-            let index = match self.frame_ids.get(&key) {
+            let key = (frame_key(frame), frame.addr, frame.offset);
+            let index = match self.line_index.get(&key) {
                 Some(&i) => i,
                 None => {
-                    if let Some(symbol) = &frame.symbol {
-                        self.keep.identity(symbol);
-                    }
-                    self.keep.identity(&frame.module);
-                    let i = self.frames.len() as u32;
-                    self.frames.push(frame_text(frame));
-                    self.frame_ids.insert(key, i);
+                    let line = self.render_line(frame, key.0);
+                    self.lines.push(line);
+                    let i = self.lines.len() as u32 - 1;
+                    self.line_index.insert(key, i);
                     i
                 }
             };
-            let ft = &self.frames[index as usize];
-            let offset = if ft.named { frame.offset } else { 0 };
-            let start = text.len();
-            // Hand-formatted: this writes most of the bytes of the biggest output (once per distinct stack).
-            text.push(b'\t');
-            push_address(&mut text, frame.addr);
-            text.push(b' ');
-            let label_start = text.len();
-            text.extend_from_slice(ft.label.as_bytes());
-            text.extend_from_slice(b"+0x");
-            let label_len = text.len() - label_start;
-            push_hex(&mut text, offset);
-            let module_start = text.len();
-            text.extend_from_slice(b" (");
-            text.extend_from_slice(ft.module.as_bytes());
-            text.extend_from_slice(b")\n");
-            let module_len = text.len() - module_start;
-            line_keys.push((index, frame.addr, offset));
-            let len = text.len() - start;
-            lines.push(RepeatedLine {
-                rest: 0,
-                line: 0,
-                len: len as u32,
-                pieces: [
-                    Piece { at: (label_start - start) as u32, len: label_len as u32, id: index },
-                    Piece { at: (len - module_len) as u32, len: module_len as u32, id: index },
-                ],
-            });
+            let line = &self.lines[index as usize];
+            text.extend_from_slice(&line.text);
+            lines.push(line.line);
         }
         text.push(b'\n');
-        if self.line_ids.len() + self.rest_ids.len() > PIECE_IDS_KEPT {
-            // Ids already handed out stay valid: new ones are never the same numbers.
-            self.line_ids.clear();
-            self.rest_ids.clear();
-        }
-        let mut rest = 0;
-        for (line, key) in lines.iter_mut().zip(&line_keys).rev() {
-            let last = &mut self.last_piece_id;
-            let mut new_id = || {
-                *last += 1;
-                *last
-            };
-            line.line = *self.line_ids.entry(*key).or_insert_with(&mut new_id);
-            if shared {
-                rest = *self.rest_ids.entry((line.line, rest)).or_insert_with(&mut new_id);
+        if shared {
+            let mut rest = 0;
+            for line in lines.iter_mut().rev() {
+                let last = &mut self.last_piece_id;
+                rest = *self.rest_ids.entry((line.line, rest)).or_insert_with(|| {
+                    *last += 1;
+                    *last
+                });
                 line.rest = rest;
             }
         }
         RepeatedText { text: text.into(), lines: lines.into() }
+    }
+
+    /// A frame's line, seen for the first time since the ids started over.
+    fn render_line(&mut self, frame: &Frame, key: FrameKey) -> RenderedLine {
+        let index = match self.frame_ids.get(&key) {
+            Some(&i) => i,
+            None => {
+                if let Some(symbol) = &frame.symbol {
+                    self.keep.identity(symbol);
+                }
+                self.keep.identity(&frame.module);
+                let i = self.frames.len() as u32;
+                self.frames.push(frame_text(frame));
+                self.frame_ids.insert(key, i);
+                i
+            }
+        };
+        let ft = &self.frames[index as usize];
+        let offset = if ft.named { frame.offset } else { 0 };
+        let mut text = Vec::with_capacity(ft.label.len() + ft.module.len() + 48);
+        text.push(b'\t');
+        push_address(&mut text, frame.addr);
+        text.push(b' ');
+        let label_start = text.len();
+        text.extend_from_slice(ft.label.as_bytes());
+        text.extend_from_slice(b"+0x");
+        let label_len = text.len() - label_start;
+        push_hex(&mut text, offset);
+        let module_start = text.len();
+        text.extend_from_slice(b" (");
+        text.extend_from_slice(ft.module.as_bytes());
+        text.extend_from_slice(b")\n");
+        let (len, module_len) = (text.len(), text.len() - module_start);
+        self.last_piece_id += 1;
+        let line = RepeatedLine {
+            rest: 0,
+            line: self.last_piece_id,
+            len: len as u32,
+            pieces: [
+                Piece { at: label_start as u32, len: label_len as u32, id: index },
+                Piece { at: (len - module_len) as u32, len: module_len as u32, id: index },
+            ],
+        };
+        RenderedLine { text: text.into(), line }
     }
 }
 

@@ -133,6 +133,15 @@ impl StackNamer {
         self.names.len()
     }
 
+    /// Every name, by id.
+    pub(crate) fn names(&self) -> &[Box<str>] {
+        &self.names
+    }
+
+    pub(crate) fn into_names(self) -> Vec<Box<str>> {
+        self.names
+    }
+
     /// Fills `stack` with the sample's folded stack, root (thread name) first. Returns false when no frame is
     /// left (an empty callchain, or only frames stackcollapse-perf drops): such a sample has no folded line.
     pub(crate) fn stack(&mut self, sample: &ResolvedSample, root: Root, stack: &mut Vec<u32>) -> bool {

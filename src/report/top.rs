@@ -218,7 +218,7 @@ mod tests {
         }
         let folded = folder.finish();
         assert_eq!(folded.total(), u64::MAX);
-        assert_eq!(folded.stacks().iter().map(|(_, n)| *n).collect::<Vec<_>>(), [u64::MAX, u64::MAX]);
+        assert_eq!(folded.stacks().map(|(_, n)| n).collect::<Vec<_>>(), [u64::MAX, u64::MAX]);
         let table = from_folded(&folded, 5);
         assert_eq!(table.rows[0].micros, u64::MAX);
         // Drawn in proportion: each stack half of the graph.

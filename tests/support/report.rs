@@ -15,7 +15,12 @@ impl Rendered {
     /// folded_stacks.out's text.
     pub fn folded(&self) -> String {
         let mut out = Vec::new();
-        self.profile.folded.write(&mut out).unwrap();
+        let write = |piece: &[u8]| -> Result<(), ()> {
+            out.extend_from_slice(piece);
+            Ok(())
+        };
+        self.profile.folded.write_in_pieces(1 << 10, write).unwrap();
+        assert_eq!(out.len() as u64, self.profile.folded.text_len(), "the folded file is as long as said");
         String::from_utf8(out).unwrap()
     }
 }

@@ -21,7 +21,7 @@ mod script_file;
 pub use perf_data_follower::PerfDataFollower;
 
 use crate::archive::deflate::Codec;
-use crate::archive::tarball::{self, FileStamp, Indexed, Segment, Tarball};
+use crate::archive::tarball::{self, FileStamp, Indexed, Segment, StreamedEntries, Tarball};
 use crate::fs::{Dir, Kind, Limit, Staging};
 use crate::perf_data::echoes::StackEchoes;
 use crate::perf_data::{EventDesc, PerfDataReader, PerfDataWriter, Record, SampleFormats};
@@ -40,6 +40,7 @@ use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Instant, SystemTime};
@@ -527,13 +528,23 @@ fn small_outputs(
             files.iter().map(|(name, bytes)| tarball::Entry::File(name.clone(), bytes, now)).collect();
         Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, last)
     };
-    let write_folded = || -> Result<(Vec<OutputFile>, Segment)> {
-        let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded_text(folded)?)];
-        for (tid, _, thread) in threads {
-            files.push((report::thread_folded_file(*tid).into(), folded_text(thread)?));
+    // Written and compressed a piece at a time: with nearly every stack distinct, the folded stacks are as large as
+    // the recording.
+    let write_folded = || -> Result<(Vec<PathBuf>, Segment)> {
+        let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded)];
+        files.extend(threads.iter().map(|(tid, _, thread)| (report::thread_folded_file(*tid).into(), thread)));
+        let mut archived = StreamedEntries::new(Compression::fast());
+        for (name, folded) in &files {
+            let shown = into.shown(name);
+            let mut file = into.create_file(name).with_context(|| format!("cannot create {}", shown.display()))?;
+            archived.begin(name, folded.text_len(), now)?;
+            folded.write_in_pieces(FOLDED_PIECE, |piece| {
+                file.write_all(piece).with_context(|| format!("cannot write {}", shown.display()))?;
+                archived.feed(piece)
+            })?;
+            archived.end()?;
         }
-        let segment = archived(&files, false)?;
-        Ok((files, segment))
+        Ok((files.into_iter().map(|(name, _)| name).collect(), archived.finish()?))
     };
     let draw = || -> Result<Vec<OutputFile>> {
         let started = Instant::now();
@@ -562,7 +573,7 @@ fn small_outputs(
     let mut rest = graphs;
     rest.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
     let last_segment = archived(&rest, true)?;
-    let written = folded_files.into_iter().chain(rest).map(|(name, _)| name).collect();
+    let written = folded_files.into_iter().chain(rest.into_iter().map(|(name, _)| name)).collect();
     Ok(SmallOutputs { written, folded_segment, last_segment, notes, now })
 }
 
@@ -661,6 +672,9 @@ fn compress_perf_data(
 /// A small output's name and bytes.
 type OutputFile = (PathBuf, Vec<u8>);
 
+/// Bytes of folded stacks made, written and compressed at a time.
+const FOLDED_PIECE: usize = 256 << 10;
+
 /// Starts a thread with a name (shown by `top -H`, `perf` and debuggers).
 fn spawn_named<'scope, T: Send + 'scope>(
     scope: &'scope std::thread::Scope<'scope, '_>,
@@ -681,12 +695,6 @@ pub(crate) fn thread_cpu() -> String {
         Ok(t) => format!("thread CPU: {:.1} ms", t.tv_sec() as f64 * 1e3 + t.tv_nsec() as f64 / 1e6),
         Err(_) => "CPU time unknown".into(),
     }
-}
-
-fn folded_text(folded: &Folded) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    folded.write(&mut out)?;
-    Ok(out)
 }
 
 fn svg(folded: &Folded, opts: &FlameOptions) -> Result<Vec<u8>> {
