@@ -234,13 +234,6 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
         // The lines are the same before the first name that differs and before a leaf (which may be protected).
         let same = x.iter().zip(y).take_while(|(p, q)| p == q).count();
         let from = same.min(x.len().min(y.len()).saturating_sub(1));
-        fn drawn_name<'a>(stack: &FoldedStack<'a>, depth: usize) -> Cow<'a, str> {
-            let name = stack.name(stack.ids()[depth]);
-            match depth + 1 == stack.ids().len() {
-                true => protect_trailing_number(name),
-                false => Cow::Borrowed(name),
-            }
-        }
         let (p, q) = (drawn_name(&a.0, from), drawn_name(&b.0, from));
         if let Some((p, q)) = p.bytes().zip(q.bytes()).find(|(p, q)| p != q) {
             // What follows a differing byte does not count.
@@ -277,10 +270,10 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
     let mut protects = vec![None; names.len()];
     let mut drawn = |stack: &FoldedStack, depth: usize| {
         let id = stack.ids()[depth];
-        let leaf = depth + 1 == stack.ids().len()
+        let protected = depth + 1 == stack.ids().len()
             && *protects[id as usize]
                 .get_or_insert_with(|| matches!(protect_trailing_number(&names[id as usize]), Cow::Owned(_)));
-        (id, leaf)
+        (id, protected)
     };
     // How many frames of each stack to keep: up to its first narrow frame. A frame is a run of consecutive stacks
     // with the same frames up to its own, as inferno merges them.
@@ -352,18 +345,24 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
     }
 }
 
+/// The name inferno reads for a stack's frame at `depth`: a leaf ending in a number protected.
+fn drawn_name<'a>(stack: &FoldedStack<'a>, depth: usize) -> Cow<'a, str> {
+    let name = stack.name(stack.ids()[depth]);
+    match depth + 1 == stack.ids().len() {
+        true => protect_trailing_number(name),
+        false => Cow::Borrowed(name),
+    }
+}
+
 /// Appends a stack's line as inferno reads it, from its frame `from` on: the names joined by `;`, the leaf protected
 /// ([`protect_trailing_number`]), a space and the count.
 fn push_line_tail(stack: &FoldedStack, count: u64, from: usize, out: &mut Vec<u8>) {
     let ids = stack.ids();
-    for (depth, &id) in ids.iter().enumerate().skip(from) {
+    for depth in from..ids.len() {
         if depth > from {
             out.push(b';');
         }
-        match depth + 1 == ids.len() {
-            true => out.extend_from_slice(protect_trailing_number(stack.name(id)).as_bytes()),
-            false => out.extend_from_slice(stack.name(id).as_bytes()),
-        }
+        out.extend_from_slice(drawn_name(stack, depth).as_bytes());
     }
     write!(out, " {count}").expect("writing into memory");
 }

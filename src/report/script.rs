@@ -21,7 +21,7 @@ use super::stacks::{arc_identity, KeepAlive, PerStack};
 use super::Weight;
 use crate::repeats::{Piece, RepeatedLine, RepeatedText, Span};
 use crate::symbolize::{Frame, ResolvedSample};
-use rustc_hash::{FxHashMap, FxHashSet, FxHasher};
+use rustc_hash::{FxHashMap, FxHasher};
 use std::hash::Hasher;
 use std::sync::Arc;
 
@@ -55,16 +55,13 @@ pub struct ScriptWriter {
     events: FxHashMap<(usize, usize), (u32, Box<str>)>,
     keep: KeepAlive,
     stacks: PerStack<Arc<StackText>>,
-    /// Shared stacks seen once since they were last kept: kept from their second sample on, so that a profile of
-    /// (nearly) only distinct stacks keeps no text it never shows again.
-    seen_once: FxHashSet<u64>,
-    /// The text of the last stack rendered but not kept.
+    /// The text of the last unshared stack rendered.
     unshared: Option<Arc<StackText>>,
     lines: LineWriter,
 }
 
 /// Renders frame lines ([`StackText`]s), remembering how each distinct frame is spelled, each distinct line
-/// (frame and address) as it was rendered, and which ids lines and rests have.
+/// (frame, address and offset) as it was rendered, and which ids lines and rests have.
 #[derive(Default)]
 struct LineWriter {
     frame_ids: FxHashMap<FrameKey, u32>,
@@ -94,9 +91,6 @@ pub type StackText = RepeatedText;
 /// Bytes of rendered stack text kept for reuse.
 const STACK_TEXT_KEPT: usize = 8 << 20;
 
-/// Shared stacks remembered as seen once before they are forgotten.
-const SEEN_ONCE_KEPT: usize = 1 << 16;
-
 /// Line and rest ids kept before their tables start over.
 const PIECE_IDS_KEPT: usize = 1 << 16;
 
@@ -122,7 +116,6 @@ impl ScriptWriter {
             events: FxHashMap::default(),
             keep: KeepAlive::default(),
             stacks: PerStack::new(STACK_TEXT_KEPT),
-            seen_once: FxHashSet::default(),
             unshared: None,
             lines: LineWriter::default(),
         }
@@ -139,7 +132,7 @@ impl ScriptWriter {
     ) -> &Arc<StackText> {
         self.write_header(sample, out, spans);
         let id = sample.frames.id();
-        if id == 0 || self.first_sight(id) {
+        if id == 0 {
             let stack = Arc::new(self.lines.stack_text(&sample.frames, false));
             return self.unshared.insert(stack);
         }
@@ -150,21 +143,6 @@ impl ScriptWriter {
             (Arc::new(stack), cost)
         };
         self.stacks.get_or_insert_with(id, make).expect("a shared stack has an id")
-    }
-
-    /// Whether the shared stack `id` is seen for the first time (since it was last kept).
-    fn first_sight(&mut self, id: u64) -> bool {
-        if self.stacks.get(id).is_some() {
-            return false;
-        }
-        if self.seen_once.remove(&id) {
-            return false;
-        }
-        if self.seen_once.len() >= SEEN_ONCE_KEPT {
-            self.seen_once.clear();
-        }
-        self.seen_once.insert(id);
-        true
     }
 
     fn write_header(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) {

@@ -145,6 +145,10 @@ const STACK_CACHE_FRAMES: usize = 1 << 17;
 /// Samples over which the stack cache's hit rate is judged.
 const HIT_RATE_SAMPLES: u32 = 4096;
 
+/// The first judgement comes sooner: in a profile of distinct stacks, the later stages keep what they work out per
+/// shared stack (a sample's text, its folded slot) until they see the stacks are no longer shared.
+const FIRST_HIT_RATE_SAMPLES: u32 = 512;
+
 /// How many frames of each sort a stack has (for [`SymbolizeStats`]).
 #[derive(Clone, Copy, Default)]
 struct FrameCounts {
@@ -224,6 +228,8 @@ pub struct Symbolizer {
     /// Whether new stacks are handed out as shared: only while samples do repeat stacks (in a profile where almost
     /// every stack is new, the per-stack work of later stages is all cost).
     share_stacks: bool,
+    /// Whether the hit rate was judged once.
+    judged: bool,
     usage: Option<Usage>,
     stats: SymbolizeStats,
     kernel_module: Arc<str>,
@@ -251,6 +257,7 @@ impl Symbolizer {
             stack_lookups: 0,
             stack_hits: 0,
             share_stacks: true,
+            judged: false,
             usage: None,
             stats: SymbolizeStats::default(),
             kernel_module: Arc::from(KERNEL_MODULE),
@@ -759,9 +766,9 @@ impl Symbolizer {
         key.extend_from_slice(&[space.0, space.1, (s.misc & MISC_CPUMODE_MASK) as u64 | state << 16, s.ip]);
         key.extend_from_slice(callchain);
         self.stack_lookups += 1;
-        if self.stack_lookups == HIT_RATE_SAMPLES {
+        if self.stack_lookups == if self.judged { HIT_RATE_SAMPLES } else { FIRST_HIT_RATE_SAMPLES } {
             self.share_stacks = self.stack_hits * 4 >= self.stack_lookups;
-            (self.stack_lookups, self.stack_hits) = (0, 0);
+            (self.stack_lookups, self.stack_hits, self.judged) = (0, 0, true);
         }
         let frames = match self.stacks.get(key.as_slice()) {
             Some(cached) if cached.steady.contains(&s.time) => {
