@@ -150,11 +150,6 @@ impl Folded {
         &self.names
     }
 
-    /// How many distinct stacks there are.
-    pub fn len(&self) -> usize {
-        self.stacks.len()
-    }
-
     /// The sum of all counts.
     pub fn total(&self) -> u64 {
         self.total
