@@ -215,20 +215,16 @@ impl Record {
     /// one buffer).
     pub fn encode_sample_into(sample: &Sample, format: &SampleFormat, out: &mut Vec<u8>) {
         let mut e = Encoder::over(std::mem::take(out));
-        e.u32(RECORD_SAMPLE);
-        e.u16(sample.misc);
-        e.u16(0);
+        e.bytes(&[0; HEADER_SIZE]);
         format.write_sample(&mut e, sample);
-        let mut record = e.into_inner();
-        let size = record.len() as u16;
-        record[6..8].copy_from_slice(&size.to_ne_bytes());
-        *out = record;
+        *out = with_header(e.into_inner(), RECORD_SAMPLE, sample.misc);
     }
 
     /// Encodes the record as the kernel would have written it with the given sample format (the `sample_id`
     /// trailer is appended to non-sample records when the format has `sample_id_all`).
     pub fn encode(&self, format: &SampleFormat) -> Vec<u8> {
         let mut e = Encoder::new();
+        e.bytes(&[0; HEADER_SIZE]);
         let (kind, misc) = match self {
             Record::Sample(s) => return Record::encode_sample(s, format),
             Record::Mmap(m) => {
@@ -299,17 +295,18 @@ impl Record {
             Record::FinishedRound => (RECORD_FINISHED_ROUND, 0),
             Record::Other { bytes, .. } => return bytes.clone(),
         };
-        with_header(kind, misc, e.into_inner())
+        with_header(e.into_inner(), kind, misc)
     }
 }
 
-fn with_header(kind: u32, misc: u16, body: Vec<u8>) -> Vec<u8> {
-    let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
-    out.extend_from_slice(&kind.to_ne_bytes());
-    out.extend_from_slice(&misc.to_ne_bytes());
-    out.extend_from_slice(&((HEADER_SIZE + body.len()) as u16).to_ne_bytes());
-    out.extend_from_slice(&body);
-    out
+/// A record encoded after [`HEADER_SIZE`] bytes left for its header, with the header filled in (the body is not
+/// copied).
+fn with_header(mut record: Vec<u8>, kind: u32, misc: u16) -> Vec<u8> {
+    let size = record.len() as u16;
+    record[..4].copy_from_slice(&kind.to_ne_bytes());
+    record[4..6].copy_from_slice(&misc.to_ne_bytes());
+    record[6..8].copy_from_slice(&size.to_ne_bytes());
+    record
 }
 
 #[cfg(test)]
