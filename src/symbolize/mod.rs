@@ -125,14 +125,15 @@ pub struct ResolvedSample {
 #[derive(Clone, Default)]
 pub struct Stack {
     id: u64,
-    frames: Arc<[Frame]>,
+    /// A `Vec` behind the `Arc`: a stack named for one sample is handed on as it was built, not copied.
+    frames: Arc<Vec<Frame>>,
 }
 
 impl Stack {
     /// Frames that other samples will share: gets a new id, never given to another stack.
     pub fn shared(frames: Vec<Frame>) -> Stack {
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        Stack { id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed), frames: frames.into() }
+        Stack { id: NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed), frames: Arc::new(frames) }
     }
 
     /// Stacks with the same non-zero id have the same frames; 0 means "not shared" (no per-stack caching).
@@ -144,7 +145,7 @@ impl Stack {
 /// An unshared stack (id 0).
 impl From<Vec<Frame>> for Stack {
     fn from(frames: Vec<Frame>) -> Stack {
-        Stack { id: 0, frames: frames.into() }
+        Stack { id: 0, frames: Arc::new(frames) }
     }
 }
 

@@ -23,6 +23,7 @@ use anyhow::Result;
 use rustc_hash::FxHashMap;
 use std::cell::Cell;
 use std::fs::File;
+use std::hash::BuildHasher;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -79,6 +80,12 @@ impl RangeName {
             kind: self.kind,
         }
     }
+}
+
+/// A cached name, and whether its address is JIT code (named from the jitdump first, whose names change over time).
+struct CachedName {
+    name: RangeName,
+    jit_code: bool,
 }
 
 /// A record to replay in time order, packed in 64 bits (a long recording has millions): a sample's offset in the
@@ -141,6 +148,10 @@ struct CachedStack {
 /// Frames kept in the stack cache before it starts over (a profile of few distinct stacks stays cached whole; one
 /// of many never holds more than this).
 const STACK_CACHE_FRAMES: usize = 1 << 17;
+
+/// Stacks remembered (by a hash of their key) while none is cached, to tell when samples start repeating stacks
+/// again: about what the stack cache holds of stacks some 20 frames deep.
+const SEEN_STACKS: usize = 1 << 13;
 
 /// Samples over which the stack cache's hit rate is judged.
 const HIT_RATE_SAMPLES: u32 = 4096;
@@ -216,7 +227,7 @@ pub struct Symbolizer {
     sources: Sources,
     processes: Processes,
     /// Keyed by small integers: a fast non-cryptographic hash (this lookup runs for every frame of every sample).
-    cache: FxHashMap<CacheKey, RangeName>,
+    cache: FxHashMap<CacheKey, CachedName>,
     /// Named stacks by (address space, generation, cpu mode, ip, callchain): most samples repeat a stack seen
     /// before, and then cost one lookup.
     stacks: FxHashMap<Box<[u64]>, CachedStack>,
@@ -225,9 +236,12 @@ pub struct Symbolizer {
     /// Lookups and hits of the stack cache in the current stretch of [`HIT_RATE_SAMPLES`].
     stack_lookups: u32,
     stack_hits: u32,
-    /// Whether new stacks are handed out as shared: only while samples do repeat stacks (in a profile where almost
-    /// every stack is new, the per-stack work of later stages is all cost).
+    /// Whether stacks are cached and handed out as shared: only while samples do repeat stacks (in a profile where
+    /// almost every stack is new, caching them and the per-stack work of later stages are all cost).
     share_stacks: bool,
+    /// While stacks are not cached: the hashes of the keys of recent stacks, a slot each by the hash's low bits,
+    /// which tell the hit rate a cache would have.
+    seen: Vec<u64>,
     /// Whether the hit rate was judged once.
     judged: bool,
     usage: Option<Usage>,
@@ -257,6 +271,7 @@ impl Symbolizer {
             stack_lookups: 0,
             stack_hits: 0,
             share_stacks: true,
+            seen: Vec::new(),
             judged: false,
             usage: None,
             stats: SymbolizeStats::default(),
@@ -770,15 +785,28 @@ impl Symbolizer {
             self.share_stacks = self.stack_hits * 4 >= self.stack_lookups;
             (self.stack_lookups, self.stack_hits, self.judged) = (0, 0, true);
         }
-        let frames = match self.stacks.get(key.as_slice()) {
-            Some(cached) if cached.steady.contains(&s.time) => {
+        let cached = match self.share_stacks {
+            true => self.stacks.get(key.as_slice()).filter(|cached| cached.steady.contains(&s.time)),
+            false => {
+                let hash = rustc_hash::FxBuildHasher.hash_one(key.as_slice());
+                if self.seen.is_empty() {
+                    self.seen = vec![0; SEEN_STACKS];
+                }
+                let slot = &mut self.seen[hash as usize % SEEN_STACKS];
+                self.stack_hits += (*slot == hash) as u32;
+                *slot = hash;
+                None
+            }
+        };
+        let frames = match cached {
+            Some(cached) => {
                 self.stack_hits += 1;
                 self.stats.count(&cached.counts);
                 cached.stack.clone()
             }
-            _ => {
+            None => {
                 let mut steady = 0..u64::MAX;
-                let mut frames = self.resolve_frames(s, callchain, &mut steady);
+                let mut frames = self.resolve_frames(s, space, callchain, &mut steady);
                 if off_cpu == Some(OffCpuState::Runnable) {
                     let marker = Some(self.runnable.clone());
                     let module = self.unknown_module.clone();
@@ -786,15 +814,10 @@ impl Symbolizer {
                 }
                 let counts = FrameCounts::of(&frames);
                 self.stats.count(&counts);
-                if self.stack_cache_frames + frames.len() > STACK_CACHE_FRAMES {
-                    self.stacks.clear();
-                    self.stack_cache_frames = 0;
+                match self.share_stacks {
+                    true => self.cache_stack(frames, steady, counts),
+                    false => Stack::from(frames),
                 }
-                self.stack_cache_frames += frames.len();
-                let stack = if self.share_stacks { Stack::shared(frames) } else { Stack::from(frames) };
-                let cached = CachedStack { stack: stack.clone(), steady, counts };
-                self.stacks.insert(self.stack_key.as_slice().into(), cached);
-                stack
             }
         };
         self.unwound = chain;
@@ -811,8 +834,28 @@ impl Symbolizer {
         }
     }
 
-    /// Names a sample's frames; narrows `steady` to the times at which the same chain gets the same names.
-    fn resolve_frames(&mut self, s: &Sample, callchain: &[u64], steady: &mut Range<u64>) -> Vec<Frame> {
+    /// A stack just named, shared and kept for the next sample with the same key (`self.stack_key`).
+    fn cache_stack(&mut self, frames: Vec<Frame>, steady: Range<u64>, counts: FrameCounts) -> Stack {
+        if self.stack_cache_frames + frames.len() > STACK_CACHE_FRAMES {
+            self.stacks.clear();
+            self.stack_cache_frames = 0;
+        }
+        self.stack_cache_frames += frames.len();
+        let stack = Stack::shared(frames);
+        let cached = CachedStack { stack: stack.clone(), steady, counts };
+        self.stacks.insert(self.stack_key.as_slice().into(), cached);
+        stack
+    }
+
+    /// Names a sample's frames in address space `space` (its id and generation); narrows `steady` to the times at
+    /// which the same chain gets the same names.
+    fn resolve_frames(
+        &mut self,
+        s: &Sample,
+        space: (u64, u64),
+        callchain: &[u64],
+        steady: &mut Range<u64>,
+    ) -> Vec<Frame> {
         let mut frames = Vec::with_capacity(callchain.len().max(1));
         let has_addresses = callchain.iter().any(|&a| a < CONTEXT_MAX && a != UNWIND_STOPPED);
         let sample_in_kernel = s.misc & MISC_CPUMODE_MASK == MISC_KERNEL;
@@ -838,12 +881,12 @@ impl Symbolizer {
                     continue;
                 }
                 let kernel = in_kernel.unwrap_or(entry >= KERNEL_HALF);
-                frames.push(self.frame(s.pid, entry, kernel, leaf, s.time, steady));
+                frames.push(self.frame(s, space, entry, kernel, leaf, steady));
                 leaf = false;
             }
         } else {
             let kernel = sample_in_kernel || s.ip >= KERNEL_HALF;
-            frames.push(self.frame(s.pid, s.ip, kernel, true, s.time, steady));
+            frames.push(self.frame(s, space, s.ip, kernel, true, steady));
         }
         frames
     }
@@ -859,39 +902,54 @@ impl Symbolizer {
         }
     }
 
-    fn frame(&mut self, pid: u32, addr: u64, kernel: bool, leaf: bool, time: u64, steady: &mut Range<u64>) -> Frame {
+    /// The frame at `addr` of sample `s`, whose process's address space is `space` (its id and generation).
+    fn frame(
+        &mut self,
+        s: &Sample,
+        space: (u64, u64),
+        addr: u64,
+        kernel: bool,
+        leaf: bool,
+        steady: &mut Range<u64>,
+    ) -> Frame {
+        let (pid, time) = (s.pid, s.time);
         if kernel {
             let key = (0, 0, addr);
             if let Some(t) = self.cache.get(&key) {
-                return t.frame(addr);
+                return t.name.frame(addr);
             }
-            let t = self.kernel_name(addr);
-            let frame = t.frame(addr);
-            self.cache.insert(key, t);
+            let name = self.kernel_name(addr);
+            let frame = name.frame(addr);
+            self.cache.insert(key, CachedName { name, jit_code: false });
             return frame;
         }
         // A caller's entry is the return address, which can be the first byte after a call at a function's very
         // end: look up the byte before it, as perf does, but show the real address.
         let lookup = if leaf { addr } else { addr.saturating_sub(1) };
-        let (space_key, kind) = match self.processes.get(pid) {
-            Some(p) => ((p.space.id, p.space.generation), p.space.find(lookup).map(|m| m.kind)),
-            None => ((u64::MAX - pid as u64, 0), None),
+        let key = (space.0, space.1, lookup);
+        // JIT code is named from the jitdump first: code there can be replaced over time, so its names are not
+        // cached (the space's generation fixes the mapping, and so whether an address is JIT code).
+        let jit_code = match self.cache.get(&key) {
+            Some(t) if !t.jit_code => return t.name.frame(addr),
+            Some(_) => true,
+            None => {
+                let mapping = self.processes.get(pid).and_then(|p| p.space.find(lookup));
+                mapping.map_or(true, |m| m.kind == MapKind::Jit)
+            }
         };
-        let jit_code = kind.map_or(true, |k| k == MapKind::Jit);
         if jit_code {
             if let Some(t) = self.jitdump_name(pid, lookup, time, steady) {
                 return t.frame(addr);
             }
         }
-        let key = (space_key.0, space_key.1, lookup);
         if let Some(t) = self.cache.get(&key) {
-            return t.frame(addr);
+            return t.name.frame(addr);
         }
         // Only a first sight of this address needs the mapping itself.
         let mapping = self.processes.get(pid).and_then(|p| p.space.find(lookup).cloned());
-        let t = self.user_name(pid, lookup, mapping.as_ref());
-        let frame = t.frame(addr);
-        self.cache.insert(key, t);
+        let name = self.user_name(pid, lookup, mapping.as_ref());
+        let frame = name.frame(addr);
+        self.cache.insert(key, CachedName { name, jit_code });
         frame
     }
 
@@ -1171,5 +1229,62 @@ mod tests {
         };
         assert_eq!(by_time(&records), by_time(&recorded));
         assert_eq!(records.len(), recorded.len());
+    }
+
+    /// Stacks are cached and shared while samples repeat them, and not while nearly every one is new; the choice
+    /// follows the hit rate either way.
+    #[test]
+    fn stacks_are_shared_only_while_samples_repeat_them() {
+        use crate::perf_data::abi::{SAMPLE_CALLCHAIN, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME};
+        let tmp = tempfile::tempdir().unwrap();
+        let mut attr = perf_event_open_sys::bindings::perf_event_attr {
+            size: 128,
+            sample_type: SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CALLCHAIN,
+            ..Default::default()
+        };
+        attr.set_sample_id_all(1);
+        let attr = crate::perf_data::Attr::from_kernel(&attr);
+        let event = EventDesc { name: attr.event_name(), attr, ids: vec![] };
+        let mut w = PerfDataWriter::create(&Dir::open(tmp.path()).unwrap(), "perf.data", vec![event]).unwrap();
+        // A stretch of distinct stacks, one of four stacks over and over, distinct ones again.
+        let phases = [(0, 3 * HIT_RATE_SAMPLES), (1, 3 * HIT_RATE_SAMPLES), (0, 3 * HIT_RATE_SAMPLES)];
+        let mut time = 0u64;
+        for (repeat, n) in phases {
+            for i in 0..n as u64 {
+                time += 1;
+                let leaf = match repeat {
+                    1 => 0x40_0000 + i % 4 * 0x10,
+                    _ => 0x50_0000 + time * 0x10,
+                };
+                let callchain = vec![CONTEXT_USER, leaf, 0x40_1000, 0x40_2000];
+                let s =
+                    Sample { misc: 2, ip: leaf, pid: 100, tid: 100, time, period: 1, callchain, ..Default::default() };
+                w.write_record(&Record::Sample(s)).unwrap();
+            }
+            w.finished_round().unwrap();
+        }
+        w.finish(&Default::default()).unwrap();
+        let (reader, _) = records_of(&tmp.path().join("perf.data"));
+        let mut symbolizer = Symbolizer::new(&SymbolizeOptions::offline(Dir::open(tmp.path()).unwrap())).unwrap();
+        let mut ids = Vec::new();
+        symbolizer
+            .for_each_sample(&reader, |s| {
+                ids.push((s.frames.id(), s.frames[0].addr));
+                Ok(())
+            })
+            .unwrap();
+        let n = HIT_RATE_SAMPLES as usize;
+        assert_eq!(ids.len(), 9 * n);
+        // Judged after the first stretch: the rest of the distinct stacks are not shared.
+        assert!(ids[FIRST_HIT_RATE_SAMPLES as usize..3 * n].iter().all(|&(id, _)| id == 0));
+        // Once the repeats are judged, each of the four stacks is shared: one id each.
+        let repeated = &ids[5 * n..6 * n];
+        assert!(repeated.iter().all(|&(id, _)| id != 0));
+        let mut by_leaf: Vec<(u64, u64)> = repeated.iter().map(|&(id, leaf)| (leaf, id)).collect();
+        by_leaf.sort();
+        by_leaf.dedup();
+        assert_eq!(by_leaf.len(), 4, "{by_leaf:?}");
+        // And new stacks again stop being shared.
+        assert!(ids[8 * n..].iter().all(|&(id, _)| id == 0));
     }
 }
