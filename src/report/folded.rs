@@ -84,17 +84,64 @@ impl std::fmt::Display for FoldedStack<'_> {
     }
 }
 
-/// The order of two stacks' texts (their names joined by `;`), bytewise, found without making the texts: names hold
-/// no `;` ([`super::names`] turns it into `:`), so the texts are the same up to the first name that differs, and
-/// after that name comes a `;` if its stack goes on, else the end of the text, which sorts first.
-fn text_order(names: &[Box<str>], a: &[u32], b: &[u32]) -> std::cmp::Ordering {
-    let Some(at) = a.iter().zip(b).position(|(x, y)| x != y) else {
-        return a.len().cmp(&b.len());
-    };
+/// The order of two stacks' texts that differ first in their names at `at`: names hold no `;` ([`super::names`]
+/// turns it into `:`), so the texts are the same up to that name, and after it comes a `;` if its stack goes on, else
+/// the end of the text, which sorts first.
+fn names_order(names: &[Box<str>], a: &[u32], b: &[u32], at: usize) -> std::cmp::Ordering {
     let (x, y) = (names[a[at] as usize].as_bytes(), names[b[at] as usize].as_bytes());
     let common = x.iter().zip(y).take_while(|(p, q)| p == q).count();
     let after = |name: &[u8], stack: &[u32]| name.get(common).copied().or((at + 1 < stack.len()).then_some(b';'));
     after(x, a).cmp(&after(y, b))
+}
+
+/// The order of stacks' texts (their names joined by `;`), bytewise, found without making the texts: at the first
+/// name that differs, by the names' places in the sorted names, and bytewise only where one name begins the other
+/// (there, what follows it in its stack decides).
+struct RankedNames<'n> {
+    names: &'n [Box<str>],
+    /// Each name's place in the sorted names, and the last place of a name that begins with it.
+    rank: Vec<u32>,
+    extended_to: Vec<u32>,
+}
+
+impl<'n> RankedNames<'n> {
+    fn new(names: &'n [Box<str>]) -> Self {
+        let mut sorted: Vec<u32> = (0..names.len() as u32).collect();
+        sorted.sort_unstable_by(|&x, &y| names[x as usize].cmp(&names[y as usize]));
+        let mut rank = vec![0; names.len()];
+        let mut extended_to = vec![0; names.len()];
+        // The names that begin the current one, shortest first: the names beginning with one follow it in order.
+        let mut open: Vec<u32> = Vec::new();
+        for (place, &id) in sorted.iter().enumerate() {
+            let name = &names[id as usize];
+            while let Some(&prefix) = open.last() {
+                if name.starts_with(&*names[prefix as usize]) {
+                    break;
+                }
+                extended_to[prefix as usize] = place as u32 - 1;
+                open.pop();
+            }
+            rank[id as usize] = place as u32;
+            open.push(id);
+        }
+        for prefix in open {
+            extended_to[prefix as usize] = names.len() as u32 - 1;
+        }
+        RankedNames { names, rank, extended_to }
+    }
+
+    fn text_order(&self, a: &[u32], b: &[u32]) -> std::cmp::Ordering {
+        let Some(at) = a.iter().zip(b).position(|(x, y)| x != y) else {
+            return a.len().cmp(&b.len());
+        };
+        let (x, y) = (a[at] as usize, b[at] as usize);
+        let (rx, ry) = (self.rank[x], self.rank[y]);
+        let begins = |first: usize, r: u32| r > self.rank[first] && r <= self.extended_to[first];
+        match begins(x, ry) || begins(y, rx) {
+            true => names_order(self.names, a, b, at),
+            false => rx.cmp(&ry),
+        }
+    }
 }
 
 /// Time spent at one frame: on the CPU with it as the leaf, or off the CPU waiting in it (see [`waiting_frame`]).
@@ -225,7 +272,8 @@ impl Folded {
 impl Folded {
     /// A profile of just these stacks (ids of `names`, each stack once), sorted as a [`Folder`] sorts them.
     pub(crate) fn of_stacks(names: Vec<Box<str>>, mut stacks: Vec<(Box<[u32]>, u64)>) -> Folded {
-        stacks.sort_unstable_by(|a, b| text_order(&names, &a.0, &b.0));
+        let ranked = RankedNames::new(&names);
+        stacks.sort_unstable_by(|a, b| ranked.text_order(&a.0, &b.0));
         let total = stacks.iter().map(|(_, count)| count).sum();
         Folded { names, stacks, total, ..Folded::default() }
     }
@@ -396,7 +444,8 @@ impl Folder {
                 (ids, count)
             })
             .collect();
-        stacks.sort_unstable_by(|a, b| text_order(namer.names(), &a.0, &b.0));
+        let ranked = RankedNames::new(namer.names());
+        stacks.sort_unstable_by(|a, b| ranked.text_order(&a.0, &b.0));
 
         let kinds = (0..namer.name_count() as u32)
             .filter(|&id| used[id as usize])
@@ -447,18 +496,28 @@ mod tests {
     /// order found from the ids is the order of the texts.
     #[test]
     fn stacks_are_in_the_order_of_their_texts() {
-        let names = ["f", "f1", "f12", "f1 2", "f(int)", "f.x", "f:x", "f<", "Main", "[k]", "é", "e"];
         let mut rng = crate::random_inputs::Rng::new(0x5eed);
-        for _ in 0..200 {
+        let chosen = ["f", "f1", "f12", "f1 2", "f(int)", "f.x", "f:x", "f<", "Main", "[k]", "é", "e"];
+        for round in 0..400 {
+            // Chosen names, then random ones from a few letters, many beginning others (each name once, as a
+            // folder interns them).
+            let names: Vec<Box<str>> = match round % 2 {
+                0 => chosen.iter().map(|&n| n.into()).collect(),
+                _ => {
+                    let letters = ['f', '1', ' ', ':', '<', 'é'];
+                    let random = (0..1 + rng.below(12))
+                        .map(|_| (0..1 + rng.below(4)).map(|_| letters[rng.below(letters.len())]).collect::<String>());
+                    let unique: std::collections::BTreeSet<String> = random.collect();
+                    // Not in sorted order: the ids must not follow the order of the names.
+                    unique.into_iter().rev().map(Box::from).collect()
+                }
+            };
             let mut stacks = std::collections::BTreeSet::new();
             for _ in 0..1 + rng.below(60) {
                 let depth = 1 + rng.below(5);
                 stacks.insert((0..depth).map(|_| rng.below(names.len()) as u32).collect::<Box<[u32]>>());
             }
-            let folded = Folded::of_stacks(
-                names.iter().map(|&n| n.into()).collect(),
-                stacks.into_iter().map(|s| (s, 1)).collect(),
-            );
+            let folded = Folded::of_stacks(names, stacks.into_iter().map(|s| (s, 1)).collect());
             let ours: Vec<String> = folded.stacks().map(|(stack, _)| stack.to_string()).collect();
             let mut texts = ours.clone();
             texts.sort();
