@@ -336,6 +336,8 @@ impl Folder {
         let known = self.by_stack.get(id).and_then(|roots| roots.iter().find(|(r, _)| *r == root.id));
         let slot = match known {
             Some(&(_, slot)) => slot,
+            // An unshared stack: nothing to remember it by.
+            None if id == 0 => self.slot(sample, root),
             None => {
                 let slot = self.slot(sample, root);
                 let mut roots = self.by_stack.get(id).cloned().unwrap_or_default();

@@ -75,6 +75,8 @@ struct LineWriter {
     rest_ids: FxHashMap<(u64, u64), u64>,
     /// The last id handed out (0 is never one).
     last_piece_id: u64,
+    /// A stack's line indices while its text is put together.
+    scratch: Vec<u32>,
 }
 
 /// A frame line as it was rendered: its bytes, its id and its pieces.
@@ -207,8 +209,10 @@ impl LineWriter {
             self.lines.clear();
             self.rest_ids.clear();
         }
-        let mut text = Vec::with_capacity(frames.len() * 128 + 1);
-        let mut lines = Vec::with_capacity(frames.len());
+        // The lines first, then the text at its exact length: one allocation each, none given back in part.
+        let mut indices = std::mem::take(&mut self.scratch);
+        indices.clear();
+        let mut len = 1;
         for frame in frames {
             let key = (frame_key(frame), frame.addr, frame.offset);
             let index = match self.line_index.get(&key) {
@@ -221,10 +225,17 @@ impl LineWriter {
                     i
                 }
             };
+            len += self.lines[index as usize].text.len();
+            indices.push(index);
+        }
+        let mut text = Vec::with_capacity(len);
+        let mut lines = Vec::with_capacity(frames.len());
+        for &index in &indices {
             let line = &self.lines[index as usize];
             text.extend_from_slice(&line.text);
             lines.push(line.line);
         }
+        self.scratch = indices;
         text.push(b'\n');
         if shared {
             let mut rest = 0;
