@@ -95,6 +95,7 @@ fn blank_symbols_are_named_by_module_and_offset_each() {
             offset,
             module: module.clone(),
             kind: FrameKind::Native,
+            id: 0,
         }]
     };
     let mut samples = golden_samples()[..1].to_vec();

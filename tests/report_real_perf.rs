@@ -53,6 +53,7 @@ fn parse(text: &str) -> Vec<ResolvedSample> {
                     offset,
                     module: intern(module),
                     kind,
+                    id: 0,
                 }
             })
             .collect();

@@ -338,6 +338,7 @@ mod tests {
             offset: 0x455d12,
             module: "/usr/share/dotnet/System.Private.CoreLib.dll".into(),
             kind: FrameKind::Unknown,
+            id: 0,
         };
         assert_eq!(frame_label(&frame), "System.Private.CoreLib.dll+0x455d12");
         let blank = Frame { symbol: Some(" ".into()), module: "/memfd:doublemapper (deleted)".into(), ..frame };

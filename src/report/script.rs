@@ -70,6 +70,8 @@ struct LineWriter {
     /// Each distinct line rendered (an index in `lines`), by its frame, address and offset; starts over with the
     /// ids.
     line_index: FxHashMap<(FrameKey, u64, u64), u32>,
+    /// The same by [`Frame::id`](crate::symbolize::Frame::id), a cheaper key.
+    line_by_id: FxHashMap<u64, u32>,
     lines: Vec<RenderedLine>,
     /// Ids of rests by (line, the rest after it; 0: only the blank line).
     rest_ids: FxHashMap<(u64, u64), u64>,
@@ -203,9 +205,10 @@ impl LineWriter {
     /// (rendered once for many samples): for one rendered per sample, looking its rests up costs more than it
     /// saves.
     fn stack_text(&mut self, frames: &[Frame], shared: bool) -> StackText {
-        if self.line_index.len() + self.rest_ids.len() > PIECE_IDS_KEPT {
+        if self.line_index.len() + self.line_by_id.len() + self.rest_ids.len() > PIECE_IDS_KEPT {
             // Ids already handed out stay valid: new ones are never the same numbers.
             self.line_index.clear();
+            self.line_by_id.clear();
             self.lines.clear();
             self.rest_ids.clear();
         }
@@ -214,14 +217,14 @@ impl LineWriter {
         indices.clear();
         let mut len = 1;
         for frame in frames {
-            let key = (frame_key(frame), frame.addr, frame.offset);
-            let index = match self.line_index.get(&key) {
+            // (Id 0 is never a key.)
+            let index = match self.line_by_id.get(&frame.id) {
                 Some(&i) => i,
                 None => {
-                    let line = self.render_line(frame, key.0);
-                    self.lines.push(line);
-                    let i = self.lines.len() as u32 - 1;
-                    self.line_index.insert(key, i);
+                    let i = self.line(frame);
+                    if frame.id != 0 {
+                        self.line_by_id.insert(frame.id, i);
+                    }
                     i
                 }
             };
@@ -249,6 +252,19 @@ impl LineWriter {
             }
         }
         RepeatedText { text: text.into(), lines: lines.into() }
+    }
+
+    /// The index of a frame's line, rendered on first sight.
+    fn line(&mut self, frame: &Frame) -> u32 {
+        let key = (frame_key(frame), frame.addr, frame.offset);
+        if let Some(&i) = self.line_index.get(&key) {
+            return i;
+        }
+        let line = self.render_line(frame, key.0);
+        self.lines.push(line);
+        let i = self.lines.len() as u32 - 1;
+        self.line_index.insert(key, i);
+        i
     }
 
     /// A frame's line, seen for the first time since the ids started over.

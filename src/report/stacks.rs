@@ -110,6 +110,8 @@ pub(crate) struct StackNamer {
     /// The kind of the frame that first produced each name; `None` for thread (root) names.
     kinds: Vec<Option<FrameKind>>,
     frames: FxHashMap<FrameKey, (u32, u32)>,
+    /// The same by [`Frame::id`] (and whether the thread is a Java thread in its lowest bit): a cheaper key.
+    frames_by_id: FxHashMap<u64, (u32, u32)>,
     frame_ids: Vec<u32>,
     roots: FxHashMap<(usize, usize), Root>,
     keep: KeepAlive,
@@ -185,6 +187,18 @@ impl StackNamer {
     }
 
     fn frame(&mut self, frame: &Frame, java_thread: bool) -> (u32, u32) {
+        let by_id = (frame.id != 0).then_some(frame.id << 1 | java_thread as u64);
+        if let Some(range) = by_id.and_then(|id| self.frames_by_id.get(&id)) {
+            return *range;
+        }
+        let range = self.frame_by_key(frame, java_thread);
+        if let Some(id) = by_id {
+            self.frames_by_id.insert(id, range);
+        }
+        range
+    }
+
+    fn frame_by_key(&mut self, frame: &Frame, java_thread: bool) -> (u32, u32) {
         let key = FrameKey {
             symbol: frame.symbol.as_ref().map(arc_identity).unwrap_or((0, 0)),
             module: arc_identity(&frame.module),

@@ -72,7 +72,7 @@ pub enum FrameKind {
 }
 
 /// One resolved stack frame.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone)]
 pub struct Frame {
     pub addr: u64,
     /// Symbol name, or `None` when only the module is known.
@@ -85,6 +85,31 @@ pub struct Frame {
     /// `/tmp/perf-1.map`).
     pub module: Arc<str>,
     pub kind: FrameKind,
+    /// Frames with the same non-zero id are the same frame (address, names, module): the symbolizer gives one to
+    /// each distinct frame it names from its cache, so that later stages work a frame out once and find it again by
+    /// a number. 0: none (compare the frame itself). Not part of a frame's equality.
+    pub id: u64,
+}
+
+impl Frame {
+    /// The same frame, but for its id: what a frame is, for equality and hashing.
+    fn identity(&self) -> (u64, &Option<Arc<str>>, u64, &Arc<str>, FrameKind) {
+        (self.addr, &self.symbol, self.offset, &self.module, self.kind)
+    }
+}
+
+impl PartialEq for Frame {
+    fn eq(&self, other: &Frame) -> bool {
+        self.identity() == other.identity()
+    }
+}
+
+impl Eq for Frame {}
+
+impl std::hash::Hash for Frame {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.identity().hash(state);
+    }
 }
 
 /// How a thread left the CPU at a switch-out.

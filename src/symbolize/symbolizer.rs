@@ -71,13 +71,15 @@ struct RangeName {
 }
 
 impl RangeName {
-    fn frame(&self, addr: u64) -> Frame {
+    /// The frame at `addr`, with [`Frame::id`] `id`.
+    fn frame(&self, addr: u64, id: u64) -> Frame {
         Frame {
             addr,
             symbol: self.symbol.clone(),
             offset: self.unnamed_function.unwrap_or_else(|| addr.wrapping_sub(self.base)),
             module: self.module.clone(),
             kind: self.kind,
+            id,
         }
     }
 }
@@ -86,6 +88,29 @@ impl RangeName {
 struct CachedName {
     name: RangeName,
     jit_code: bool,
+    /// The [`Frame::id`] of the frame it names at its address as a leaf; one more as a caller (whose address is one
+    /// past the byte looked up).
+    id: u64,
+}
+
+impl CachedName {
+    fn new(name: RangeName, jit_code: bool) -> CachedName {
+        // Unique in the process, so no two frames ever share one (every symbolizer of a test run included).
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2);
+        let id = NEXT_ID.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
+        CachedName { name, jit_code, id }
+    }
+
+    /// The frame at `addr`, looked up at `addr` as a leaf, else at the byte before it (where a caller at address 0,
+    /// looked up at 0 too, gets no id: a caller at 1 has that one).
+    fn frame(&self, addr: u64, leaf: bool) -> Frame {
+        let id = match (leaf, addr) {
+            (true, _) => self.id,
+            (false, 0) => 0,
+            (false, _) => self.id + 1,
+        };
+        self.name.frame(addr, id)
+    }
 }
 
 /// A record to replay in time order, packed in 64 bits (a long recording has millions): a sample's offset in the
@@ -810,7 +835,10 @@ impl Symbolizer {
                 if off_cpu == Some(OffCpuState::Runnable) {
                     let marker = Some(self.runnable.clone());
                     let module = self.unknown_module.clone();
-                    frames.insert(0, Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown });
+                    frames.insert(
+                        0,
+                        Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown, id: 0 },
+                    );
                 }
                 let counts = FrameCounts::of(&frames);
                 self.stats.count(&counts);
@@ -869,7 +897,7 @@ impl Symbolizer {
                 if entry == UNWIND_STOPPED {
                     let marker = Some(self.unwind_stopped.clone());
                     let module = self.unknown_module.clone();
-                    frames.push(Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown });
+                    frames.push(Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown, id: 0 });
                     continue;
                 }
                 if entry >= CONTEXT_MAX {
@@ -916,11 +944,11 @@ impl Symbolizer {
         if kernel {
             let key = (0, 0, addr);
             if let Some(t) = self.cache.get(&key) {
-                return t.name.frame(addr);
+                return t.frame(addr, true);
             }
-            let name = self.kernel_name(addr);
-            let frame = name.frame(addr);
-            self.cache.insert(key, CachedName { name, jit_code: false });
+            let cached = CachedName::new(self.kernel_name(addr), false);
+            let frame = cached.frame(addr, true);
+            self.cache.insert(key, cached);
             return frame;
         }
         // A caller's entry is the return address, which can be the first byte after a call at a function's very
@@ -930,7 +958,7 @@ impl Symbolizer {
         // JIT code is named from the jitdump first: code there can be replaced over time, so its names are not
         // cached (the space's generation fixes the mapping, and so whether an address is JIT code).
         let jit_code = match self.cache.get(&key) {
-            Some(t) if !t.jit_code => return t.name.frame(addr),
+            Some(t) if !t.jit_code => return t.frame(addr, leaf),
             Some(_) => true,
             None => {
                 let mapping = self.processes.get(pid).and_then(|p| p.space.find(lookup));
@@ -939,17 +967,17 @@ impl Symbolizer {
         };
         if jit_code {
             if let Some(t) = self.jitdump_name(pid, lookup, time, steady) {
-                return t.frame(addr);
+                return t.frame(addr, 0);
             }
         }
         if let Some(t) = self.cache.get(&key) {
-            return t.name.frame(addr);
+            return t.frame(addr, leaf);
         }
         // Only a first sight of this address needs the mapping itself.
         let mapping = self.processes.get(pid).and_then(|p| p.space.find(lookup).cloned());
-        let name = self.user_name(pid, lookup, mapping.as_ref());
-        let frame = name.frame(addr);
-        self.cache.insert(key, CachedName { name, jit_code });
+        let cached = CachedName::new(self.user_name(pid, lookup, mapping.as_ref()), jit_code);
+        let frame = cached.frame(addr, leaf);
+        self.cache.insert(key, cached);
         frame
     }
 
@@ -1286,5 +1314,65 @@ mod tests {
         assert_eq!(by_leaf.len(), 4, "{by_leaf:?}");
         // And new stacks again stop being shared.
         assert!(ids[8 * n..].iter().all(|&(id, _)| id == 0));
+    }
+
+    /// Frames with the same id are the same frame: a leaf and a caller looked up at the same byte are not, nor a
+    /// caller at address 0 and one at 1 (both looked up at 0).
+    #[test]
+    fn frames_with_the_same_id_are_the_same_frame() {
+        use crate::perf_data::abi::{SAMPLE_CALLCHAIN, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME};
+        let tmp = tempfile::tempdir().unwrap();
+        let mut attr = perf_event_open_sys::bindings::perf_event_attr {
+            size: 128,
+            sample_type: SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CALLCHAIN,
+            ..Default::default()
+        };
+        attr.set_sample_id_all(1);
+        let attr = crate::perf_data::Attr::from_kernel(&attr);
+        let event = EventDesc { name: attr.event_name(), attr, ids: vec![] };
+        let mut w = PerfDataWriter::create(&Dir::open(tmp.path()).unwrap(), "perf.data", vec![event]).unwrap();
+        let chains = [
+            vec![CONTEXT_KERNEL, 0xffff_ffff_8100_0010, CONTEXT_USER, 0x40_1000, 0x40_1001, 0x40_1000],
+            vec![CONTEXT_USER, 0x40_1001, 0x1, 0x0, 0x40_1001],
+            vec![CONTEXT_USER, 0x0, 0x0, 0x1],
+        ];
+        for (time, callchain) in chains.iter().cycle().take(30).enumerate() {
+            let ip = callchain[1];
+            let s = Sample {
+                misc: 2,
+                ip,
+                pid: 100,
+                tid: 100,
+                time: time as u64,
+                period: 1,
+                callchain: callchain.clone(),
+                ..Default::default()
+            };
+            w.write_record(&Record::Sample(s)).unwrap();
+        }
+        w.finish(&Default::default()).unwrap();
+        let (reader, _) = records_of(&tmp.path().join("perf.data"));
+        let mut symbolizer = Symbolizer::new(&SymbolizeOptions::offline(Dir::open(tmp.path()).unwrap())).unwrap();
+        let mut by_id: std::collections::HashMap<u64, Frame> = std::collections::HashMap::new();
+        let (mut frames, mut without) = (0, 0);
+        symbolizer
+            .for_each_sample(&reader, |s| {
+                for (i, f) in s.frames.iter().enumerate() {
+                    frames += 1;
+                    if f.id == 0 {
+                        assert!(i > 0 && f.addr == 0, "{f:?} has no id");
+                        without += 1;
+                        continue;
+                    }
+                    let first = by_id.entry(f.id).or_insert_with(|| f.clone());
+                    assert!(first == f && first.addr == f.addr, "{first:?} and {f:?} share id {}", f.id);
+                }
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!((frames, without), (110, 20));
+        // The kernel leaf; callers at 0x401000, 0x401001 (looked up where the leaf at 0x401000 would be) and 1;
+        // leaves at 0x401001 and 0.
+        assert_eq!(by_id.len(), 6, "{by_id:?}");
     }
 }

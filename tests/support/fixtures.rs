@@ -5,7 +5,7 @@ use profcpu::symbolize::{Frame, FrameKind, ResolvedSample};
 use std::sync::Arc;
 
 pub fn frame(symbol: Option<&str>, module: &str, kind: FrameKind, addr: u64, offset: u64) -> Frame {
-    Frame { addr, symbol: symbol.map(Arc::from), offset, module: Arc::from(module), kind }
+    Frame { addr, symbol: symbol.map(Arc::from), offset, module: Arc::from(module), kind, id: 0 }
 }
 
 pub fn jit(symbol: &str, addr: u64) -> Frame {
@@ -236,6 +236,7 @@ pub fn hostile_samples(count: u64) -> Vec<ResolvedSample> {
                     offset: rng.next_u64() % 0x10000,
                     module: Arc::from(rng.pick(&modules)),
                     kind: kinds[(rng.next_u64() % 4) as usize],
+                    id: 0,
                 }
             })
             .collect();

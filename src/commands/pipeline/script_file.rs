@@ -241,6 +241,7 @@ mod tests {
             offset: addr,
             module: modules[name % modules.len()].clone(),
             kind: FrameKind::Native,
+            id: 0,
         };
         // 300 stacks over 20 call paths: shared tails, leaves at a few addresses, depths 0 to 120.
         let paths: Vec<Vec<usize>> =
