@@ -5,8 +5,9 @@
 use super::stacks::{EventFilter, PerStack, Root, StackNamer, STACK_FRAMES_KEPT};
 use super::Weight;
 use crate::symbolize::{Frame, FrameKind, OffCpuState, ResolvedSample};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasher;
 use std::io::Write;
 
 /// Options for [`Folder`].
@@ -27,9 +28,12 @@ pub struct FoldOptions {
 pub struct Folded {
     /// Every name a stack may use, by id.
     names: Vec<Box<str>>,
-    /// `(stack, count)`: each distinct stack as the ids of its names, root first, sorted by its text (the names
-    /// joined by `;`), bytewise.
-    stacks: Vec<(Box<[u32]>, u64)>,
+    /// `(slot, count)`: each distinct stack, sorted by its text (the names joined by `;`), bytewise. Its names'
+    /// ids, root first, are those of its slot in `ids` (up to `ends[slot]`, from the end of the slot before: one
+    /// after the other in the order first seen, not an allocation each).
+    stacks: Vec<(u32, u64)>,
+    ids: Vec<u32>,
+    ends: Vec<usize>,
     kinds: HashMap<String, FrameKind>,
     total: u64,
     samples: u64,
@@ -189,7 +193,9 @@ fn is_shared_library(module: &str) -> bool {
 impl Folded {
     /// The distinct stacks with their counts, sorted by their text, bytewise.
     pub fn stacks(&self) -> impl ExactSizeIterator<Item = (FoldedStack<'_>, u64)> + '_ {
-        self.stacks.iter().map(|(ids, count)| (FoldedStack { names: &self.names, ids }, *count))
+        self.stacks.iter().map(|&(slot, count)| {
+            (FoldedStack { names: &self.names, ids: slot_stack(&self.ids, &self.ends, slot) }, count)
+        })
     }
 
     /// Every name a stack may use, by id.
@@ -241,12 +247,12 @@ impl Folded {
     /// The folded file's length in bytes: what [`write_in_pieces`](Self::write_in_pieces) writes.
     pub fn text_len(&self) -> u64 {
         let names: Vec<u64> = self.names.iter().map(|name| name.len() as u64).collect();
-        let line = |(ids, count): &(Box<[u32]>, u64)| {
-            let names: u64 = ids.iter().map(|&id| names[id as usize]).sum();
+        let line = |(stack, count): (FoldedStack, u64)| {
+            let names: u64 = stack.ids().iter().map(|&id| names[id as usize]).sum();
             // The `;`s, a space, the count and the newline.
-            names + ids.len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2
+            names + stack.ids().len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2
         };
-        self.stacks.iter().map(line).sum()
+        self.stacks().map(line).sum()
     }
 
     /// Writes the folded file (`stack count` lines) in pieces of about `piece` bytes, so that it is never held whole:
@@ -271,12 +277,26 @@ impl Folded {
 #[cfg(test)]
 impl Folded {
     /// A profile of just these stacks (ids of `names`, each stack once), sorted as a [`Folder`] sorts them.
-    pub(crate) fn of_stacks(names: Vec<Box<str>>, mut stacks: Vec<(Box<[u32]>, u64)>) -> Folded {
+    pub(crate) fn of_stacks(names: Vec<Box<str>>, stacks: Vec<(Box<[u32]>, u64)>) -> Folded {
+        let (mut ids, mut ends) = (Vec::new(), Vec::new());
+        for (stack, _) in &stacks {
+            ids.extend_from_slice(stack);
+            ends.push(ids.len());
+        }
         let ranked = RankedNames::new(&names);
-        stacks.sort_unstable_by(|a, b| ranked.text_order(&a.0, &b.0));
+        let mut sorted: Vec<(u32, u64)> =
+            stacks.iter().enumerate().map(|(slot, (_, count))| (slot as u32, *count)).collect();
+        sorted.sort_unstable_by(|a, b| ranked.text_order(slot_stack(&ids, &ends, a.0), slot_stack(&ids, &ends, b.0)));
         let total = stacks.iter().map(|(_, count)| count).sum();
-        Folded { names, stacks, total, ..Folded::default() }
+        Folded { names, stacks: sorted, ids, ends, total, ..Folded::default() }
     }
+}
+
+/// Slot `slot`'s stack among stacks laid out one after the other in `ids`, ending at `ends`.
+fn slot_stack<'a>(ids: &'a [u32], ends: &[usize], slot: u32) -> &'a [u32] {
+    let slot = slot as usize;
+    let start = slot.checked_sub(1).map_or(0, |before| ends[before]);
+    &ids[start..ends[slot]]
 }
 
 /// Folds samples one at a time (samples are streamed, not kept); the result does not depend on their order,
@@ -284,8 +304,11 @@ impl Folded {
 pub struct Folder {
     weight: Weight,
     namer: StackNamer,
-    /// Each distinct folded stack's slot, and by slot its count and leaf.
-    slots: FxHashMap<Box<[u32]>, u32>,
+    /// Each distinct folded stack's slot, by its ids (`slot_ids` up to `slot_ends[slot]`, from the end of the slot
+    /// before: one after the other, not an allocation each); and by slot its count and leaf.
+    slots: hashbrown::HashTable<u32>,
+    slot_ids: Vec<u32>,
+    slot_ends: Vec<usize>,
     counts: Vec<u64>,
     leaves: Vec<u32>,
     /// The slot of a shared stack under each thread name (root id) it was seen with; `None`: no folded line.
@@ -308,7 +331,9 @@ impl Folder {
         Folder {
             weight: opts.weight,
             namer: StackNamer::new(),
-            slots: FxHashMap::default(),
+            slots: hashbrown::HashTable::new(),
+            slot_ids: Vec::new(),
+            slot_ends: Vec::new(),
             counts: Vec::new(),
             leaves: Vec::new(),
             by_stack: PerStack::new(STACK_FRAMES_KEPT),
@@ -391,11 +416,16 @@ impl Folder {
         if !self.namer.stack(sample, root, &mut self.stack) {
             return None;
         }
-        if let Some(&slot) = self.slots.get(self.stack.as_slice()) {
+        let stack = self.stack.as_slice();
+        let hash = FxBuildHasher.hash_one(stack);
+        let (ids, ends) = (&mut self.slot_ids, &mut self.slot_ends);
+        if let Some(&slot) = self.slots.find(hash, |&slot| slot_stack(ids, ends, slot) == stack) {
             return Some(slot);
         }
         let slot = self.counts.len() as u32;
-        self.slots.insert(self.stack.as_slice().into(), slot);
+        ids.extend_from_slice(stack);
+        ends.push(ids.len());
+        self.slots.insert_unique(hash, slot, |&slot| FxBuildHasher.hash_one(slot_stack(ids, ends, slot)));
         self.counts.push(0);
         self.leaves.push(*self.stack.last().expect("a stack with frames"));
         if self.weight == Weight::Time {
@@ -414,7 +444,8 @@ impl Folder {
         let Folder {
             weight,
             namer,
-            slots,
+            slot_ids,
+            slot_ends,
             counts,
             filter: _,
             folded_samples,
@@ -428,26 +459,25 @@ impl Folder {
         let mut used = vec![false; namer.name_count()];
         // Per name, its time on and off the CPU (a name counts once per stack).
         let mut name_time = vec![[0u64; 2]; if weight == Weight::Time { namer.name_count() } else { 0 }];
-        let mut stacks: Vec<(Box<[u32]>, u64)> = slots
-            .into_iter()
-            .map(|(ids, slot)| {
-                let count = counts[slot as usize];
-                total = total.saturating_add(count);
-                let time = slot_time.get(slot as usize).copied();
-                for (i, &id) in ids.iter().enumerate() {
-                    used[id as usize] = true;
-                    if let (Some(time), Some(total)) = (time, name_time.get_mut(id as usize)) {
-                        if !ids[..i].contains(&id) {
-                            total[0] = total[0].saturating_add(time[0]);
-                            total[1] = total[1].saturating_add(time[1]);
-                        }
+        for (slot, &count) in counts.iter().enumerate() {
+            total = total.saturating_add(count);
+            let ids = slot_stack(&slot_ids, &slot_ends, slot as u32);
+            let time = slot_time.get(slot).copied();
+            for (i, &id) in ids.iter().enumerate() {
+                used[id as usize] = true;
+                if let (Some(time), Some(total)) = (time, name_time.get_mut(id as usize)) {
+                    if !ids[..i].contains(&id) {
+                        total[0] = total[0].saturating_add(time[0]);
+                        total[1] = total[1].saturating_add(time[1]);
                     }
                 }
-                (ids, count)
-            })
-            .collect();
+            }
+        }
         let ranked = RankedNames::new(namer.names());
-        stacks.sort_unstable_by(|a, b| ranked.text_order(&a.0, &b.0));
+        let mut stacks: Vec<(u32, u64)> =
+            counts.iter().enumerate().map(|(slot, &count)| (slot as u32, count)).collect();
+        let stack = |slot: u32| slot_stack(&slot_ids, &slot_ends, slot);
+        stacks.sort_unstable_by(|a, b| ranked.text_order(stack(a.0), stack(b.0)));
 
         let kinds = (0..namer.name_count() as u32)
             .filter(|&id| used[id as usize])
@@ -479,6 +509,8 @@ impl Folder {
         Folded {
             names: namer.into_names(),
             stacks,
+            ids: slot_ids,
+            ends: slot_ends,
             kinds,
             total,
             samples: folded_samples,
