@@ -1259,12 +1259,9 @@ mod tests {
         assert_eq!(records.len(), recorded.len());
     }
 
-    /// Stacks are cached and shared while samples repeat them, and not while nearly every one is new; the choice
-    /// follows the hit rate either way.
-    #[test]
-    fn stacks_are_shared_only_while_samples_repeat_them() {
+    /// A recording in `dir` of samples with callchains (and ip, thread and time).
+    fn callchain_writer(dir: &std::path::Path) -> PerfDataWriter {
         use crate::perf_data::abi::{SAMPLE_CALLCHAIN, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME};
-        let tmp = tempfile::tempdir().unwrap();
         let mut attr = perf_event_open_sys::bindings::perf_event_attr {
             size: 128,
             sample_type: SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CALLCHAIN,
@@ -1273,7 +1270,15 @@ mod tests {
         attr.set_sample_id_all(1);
         let attr = crate::perf_data::Attr::from_kernel(&attr);
         let event = EventDesc { name: attr.event_name(), attr, ids: vec![] };
-        let mut w = PerfDataWriter::create(&Dir::open(tmp.path()).unwrap(), "perf.data", vec![event]).unwrap();
+        PerfDataWriter::create(&Dir::open(dir).unwrap(), "perf.data", vec![event]).unwrap()
+    }
+
+    /// Stacks are cached and shared while samples repeat them, and not while nearly every one is new; the choice
+    /// follows the hit rate either way.
+    #[test]
+    fn stacks_are_shared_only_while_samples_repeat_them() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut w = callchain_writer(tmp.path());
         // A stretch of distinct stacks, one of four stacks over and over, distinct ones again.
         let phases = [(0, 3 * HIT_RATE_SAMPLES), (1, 3 * HIT_RATE_SAMPLES), (0, 3 * HIT_RATE_SAMPLES)];
         let mut time = 0u64;
@@ -1320,17 +1325,8 @@ mod tests {
     /// caller at address 0 and one at 1 (both looked up at 0).
     #[test]
     fn frames_with_the_same_id_are_the_same_frame() {
-        use crate::perf_data::abi::{SAMPLE_CALLCHAIN, SAMPLE_IP, SAMPLE_TID, SAMPLE_TIME};
         let tmp = tempfile::tempdir().unwrap();
-        let mut attr = perf_event_open_sys::bindings::perf_event_attr {
-            size: 128,
-            sample_type: SAMPLE_IP | SAMPLE_TID | SAMPLE_TIME | SAMPLE_CALLCHAIN,
-            ..Default::default()
-        };
-        attr.set_sample_id_all(1);
-        let attr = crate::perf_data::Attr::from_kernel(&attr);
-        let event = EventDesc { name: attr.event_name(), attr, ids: vec![] };
-        let mut w = PerfDataWriter::create(&Dir::open(tmp.path()).unwrap(), "perf.data", vec![event]).unwrap();
+        let mut w = callchain_writer(tmp.path());
         let chains = [
             vec![CONTEXT_KERNEL, 0xffff_ffff_8100_0010, CONTEXT_USER, 0x40_1000, 0x40_1001, 0x40_1000],
             vec![CONTEXT_USER, 0x40_1001, 0x1, 0x0, 0x40_1001],
