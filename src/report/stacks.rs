@@ -68,6 +68,9 @@ impl<V> PerStack<V> {
     }
 }
 
+/// Frame ids remembered by [`StackNamer`] before it starts over.
+const FRAME_IDS_KEPT: usize = 1 << 16;
+
 /// Identity of an `Arc<str>`: its address and length. Only valid while the `Arc` lives: keep a clone next to any
 /// map keyed by it (see [`KeepAlive`]).
 pub(crate) fn arc_identity(s: &Arc<str>) -> (usize, usize) {
@@ -193,6 +196,11 @@ impl StackNamer {
         }
         let range = self.frame_by_key(frame, java_thread);
         if let Some(id) = by_id {
+            // Ids are new each time the symbolizer names a frame afresh (after the JIT's files are loaded again, in a
+            // long collection): the map only speeds up the one by names, so it starts over when full.
+            if self.frames_by_id.len() >= FRAME_IDS_KEPT {
+                self.frames_by_id.clear();
+            }
             self.frames_by_id.insert(id, range);
         }
         range
