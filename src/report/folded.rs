@@ -28,12 +28,10 @@ pub struct FoldOptions {
 pub struct Folded {
     /// Every name a stack may use, by id.
     names: Vec<Box<str>>,
-    /// `(slot, count)`: each distinct stack, sorted by its text (the names joined by `;`), bytewise. Its names'
-    /// ids, root first, are those of its slot in `ids` (up to `ends[slot]`, from the end of the slot before: one
-    /// after the other in the order first seen, not an allocation each).
+    /// `(slot, count)`: each distinct stack (its slot in `slots`), sorted by its text (the names joined by `;`),
+    /// bytewise.
     stacks: Vec<(u32, u64)>,
-    ids: Vec<u32>,
-    ends: Vec<usize>,
+    slots: StackList,
     kinds: HashMap<String, FrameKind>,
     total: u64,
     samples: u64,
@@ -193,9 +191,7 @@ fn is_shared_library(module: &str) -> bool {
 impl Folded {
     /// The distinct stacks with their counts, sorted by their text, bytewise.
     pub fn stacks(&self) -> impl ExactSizeIterator<Item = (FoldedStack<'_>, u64)> + '_ {
-        self.stacks.iter().map(|&(slot, count)| {
-            (FoldedStack { names: &self.names, ids: slot_stack(&self.ids, &self.ends, slot) }, count)
-        })
+        self.stacks.iter().map(|&(slot, count)| (FoldedStack { names: &self.names, ids: self.slots.get(slot) }, count))
     }
 
     /// Every name a stack may use, by id.
@@ -278,25 +274,42 @@ impl Folded {
 impl Folded {
     /// A profile of just these stacks (ids of `names`, each stack once), sorted as a [`Folder`] sorts them.
     pub(crate) fn of_stacks(names: Vec<Box<str>>, stacks: Vec<(Box<[u32]>, u64)>) -> Folded {
-        let (mut ids, mut ends) = (Vec::new(), Vec::new());
-        for (stack, _) in &stacks {
-            ids.extend_from_slice(stack);
-            ends.push(ids.len());
-        }
-        let ranked = RankedNames::new(&names);
-        let mut sorted: Vec<(u32, u64)> =
-            stacks.iter().enumerate().map(|(slot, (_, count))| (slot as u32, *count)).collect();
-        sorted.sort_unstable_by(|a, b| ranked.text_order(slot_stack(&ids, &ends, a.0), slot_stack(&ids, &ends, b.0)));
-        let total = stacks.iter().map(|(_, count)| count).sum();
-        Folded { names, stacks: sorted, ids, ends, total, ..Folded::default() }
+        let mut slots = StackList::default();
+        stacks.iter().for_each(|(stack, _)| slots.push(stack));
+        let counts: Vec<u64> = stacks.iter().map(|(_, count)| *count).collect();
+        let sorted = slots.sorted(&names, &counts);
+        Folded { names, stacks: sorted, slots, total: counts.iter().sum(), ..Folded::default() }
     }
 }
 
-/// Slot `slot`'s stack among stacks laid out one after the other in `ids`, ending at `ends`.
-fn slot_stack<'a>(ids: &'a [u32], ends: &[usize], slot: u32) -> &'a [u32] {
-    let slot = slot as usize;
-    let start = slot.checked_sub(1).map_or(0, |before| ends[before]);
-    &ids[start..ends[slot]]
+/// Stacks of name ids one after the other in one array (not an allocation each), by slot: the order added.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct StackList {
+    ids: Vec<u32>,
+    /// Where each slot's ids end (they begin where the slot before ends).
+    ends: Vec<usize>,
+}
+
+impl StackList {
+    fn get(&self, slot: u32) -> &[u32] {
+        let slot = slot as usize;
+        let start = slot.checked_sub(1).map_or(0, |before| self.ends[before]);
+        &self.ids[start..self.ends[slot]]
+    }
+
+    fn push(&mut self, stack: &[u32]) {
+        self.ids.extend_from_slice(stack);
+        self.ends.push(self.ids.len());
+    }
+
+    /// `(slot, count)` of every slot (`counts` by slot), sorted by the text of its stack of `names`.
+    fn sorted(&self, names: &[Box<str>], counts: &[u64]) -> Vec<(u32, u64)> {
+        let ranked = RankedNames::new(names);
+        let mut sorted: Vec<(u32, u64)> =
+            counts.iter().enumerate().map(|(slot, &count)| (slot as u32, count)).collect();
+        sorted.sort_unstable_by(|a, b| ranked.text_order(self.get(a.0), self.get(b.0)));
+        sorted
+    }
 }
 
 /// Folds samples one at a time (samples are streamed, not kept); the result does not depend on their order,
@@ -304,11 +317,10 @@ fn slot_stack<'a>(ids: &'a [u32], ends: &[usize], slot: u32) -> &'a [u32] {
 pub struct Folder {
     weight: Weight,
     namer: StackNamer,
-    /// Each distinct folded stack's slot, by its ids (`slot_ids` up to `slot_ends[slot]`, from the end of the slot
-    /// before: one after the other, not an allocation each); and by slot its count and leaf.
-    slots: hashbrown::HashTable<u32>,
-    slot_ids: Vec<u32>,
-    slot_ends: Vec<usize>,
+    /// Each distinct folded stack's slot (found by the hash of its ids), its ids by slot, and by slot its count and
+    /// leaf.
+    slot_index: hashbrown::HashTable<u32>,
+    slots: StackList,
     counts: Vec<u64>,
     leaves: Vec<u32>,
     /// The slot of a shared stack under each thread name (root id) it was seen with; `None`: no folded line.
@@ -331,9 +343,8 @@ impl Folder {
         Folder {
             weight: opts.weight,
             namer: StackNamer::new(),
-            slots: hashbrown::HashTable::new(),
-            slot_ids: Vec::new(),
-            slot_ends: Vec::new(),
+            slot_index: hashbrown::HashTable::new(),
+            slots: StackList::default(),
             counts: Vec::new(),
             leaves: Vec::new(),
             by_stack: PerStack::new(STACK_FRAMES_KEPT),
@@ -418,14 +429,13 @@ impl Folder {
         }
         let stack = self.stack.as_slice();
         let hash = FxBuildHasher.hash_one(stack);
-        let (ids, ends) = (&mut self.slot_ids, &mut self.slot_ends);
-        if let Some(&slot) = self.slots.find(hash, |&slot| slot_stack(ids, ends, slot) == stack) {
+        let slots = &mut self.slots;
+        if let Some(&slot) = self.slot_index.find(hash, |&slot| slots.get(slot) == stack) {
             return Some(slot);
         }
         let slot = self.counts.len() as u32;
-        ids.extend_from_slice(stack);
-        ends.push(ids.len());
-        self.slots.insert_unique(hash, slot, |&slot| FxBuildHasher.hash_one(slot_stack(ids, ends, slot)));
+        slots.push(stack);
+        self.slot_index.insert_unique(hash, slot, |&slot| FxBuildHasher.hash_one(slots.get(slot)));
         self.counts.push(0);
         self.leaves.push(*self.stack.last().expect("a stack with frames"));
         if self.weight == Weight::Time {
@@ -444,8 +454,7 @@ impl Folder {
         let Folder {
             weight,
             namer,
-            slot_ids,
-            slot_ends,
+            slots,
             counts,
             filter: _,
             folded_samples,
@@ -461,7 +470,7 @@ impl Folder {
         let mut name_time = vec![[0u64; 2]; if weight == Weight::Time { namer.name_count() } else { 0 }];
         for (slot, &count) in counts.iter().enumerate() {
             total = total.saturating_add(count);
-            let ids = slot_stack(&slot_ids, &slot_ends, slot as u32);
+            let ids = slots.get(slot as u32);
             let time = slot_time.get(slot).copied();
             for (i, &id) in ids.iter().enumerate() {
                 used[id as usize] = true;
@@ -473,11 +482,7 @@ impl Folder {
                 }
             }
         }
-        let ranked = RankedNames::new(namer.names());
-        let mut stacks: Vec<(u32, u64)> =
-            counts.iter().enumerate().map(|(slot, &count)| (slot as u32, count)).collect();
-        let stack = |slot: u32| slot_stack(&slot_ids, &slot_ends, slot);
-        stacks.sort_unstable_by(|a, b| ranked.text_order(stack(a.0), stack(b.0)));
+        let stacks = slots.sorted(namer.names(), &counts);
 
         let kinds = (0..namer.name_count() as u32)
             .filter(|&id| used[id as usize])
@@ -509,8 +514,7 @@ impl Folder {
         Folded {
             names: namer.into_names(),
             stacks,
-            ids: slot_ids,
-            ends: slot_ends,
+            slots,
             kinds,
             total,
             samples: folded_samples,
