@@ -7,6 +7,7 @@
 
 use super::folded::{Folded, FoldedStack};
 use super::metadata_txt::Metadata;
+use super::script::{push_decimal, Pad};
 use super::Weight;
 use crate::symbolize::FrameKind;
 use anyhow::{bail, Context, Result};
@@ -208,13 +209,37 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
     options.deterministic = true;
     options.palette_map = Some(&mut palette);
     options.no_sort = true;
-    flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), out).context("drawing the flame graph")
+    flamegraph::from_lines(&mut options, lines.iter(), out).context("drawing the flame graph")
+}
+
+/// Lines of text one after another in one buffer: tens of thousands of short lines in one allocation, not one each.
+#[derive(Default)]
+struct Lines {
+    text: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Lines {
+    /// Ends the line whose bytes were appended to `text` since the last one ended.
+    fn end_line(&mut self) {
+        self.ends.push(self.text.len());
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> + Clone {
+        let starts = std::iter::once(0).chain(self.ends.iter().copied());
+        starts.zip(&self.ends).map(|(start, &end)| std::str::from_utf8(&self.text[start..end]).expect("names are text"))
+    }
 }
 
 /// The lines inferno draws the graph from (`STACK COUNT`, in the folded order, counts halved `halvings` times, a leaf
 /// ending in a number protected), cut to the frames it draws: it leaves out every frame narrower than
 /// `min_width_percent` of `total` (and so everything above it), so each stack is cut after its first such frame, and
-/// the stacks that become the same, one after the other, are added up. inferno then merges a few frames per line
+/// the stacks that become the same, one after the other, are added up (so are those cut at narrow frames side by
+/// side, while together they stay narrow). inferno then merges a few frames per line
 /// instead of every frame of every stack (a profile where nearly every stack is distinct spent most of its drawing
 /// time merging frames it then left out), and draws exactly the same graph. The frames are compared by their name
 /// ids, and only the lines drawn are made into text.
@@ -222,7 +247,7 @@ pub fn write_svg(folded: &Folded, opts: &FlameOptions, out: impl Write) -> Resul
 /// A cut stack keeps the `;` after its last frame (inferno reads an empty frame there, as narrow as its parent, and
 /// leaves it out), so that its last frame never ends in a number inferno could read as a count. Stacks inferno would
 /// trim or skip (white space at their ends, a `# ` comment) are drawn whole, each on its own line.
-fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f64) -> Vec<String> {
+fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f64) -> Lines {
     let names = folded.names();
     let mut stacks: Vec<(FoldedStack, u64)> =
         folded.stacks().map(|(stack, count)| (stack, count >> halvings)).collect();
@@ -248,17 +273,22 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
     if !stacks.windows(2).all(|w| line_order(&w[0], &w[1]).is_le()) {
         stacks.sort_by(line_order);
     }
-    let whole = |stack: &FoldedStack, count: u64| {
-        let mut line = Vec::new();
-        push_line_tail(stack, count, 0, &mut line);
-        String::from_utf8(line).expect("names are text")
+    let whole = |stack: &FoldedStack, count: u64, lines: &mut Lines| {
+        push_line_tail(stack, count, 0, &mut lines.text);
+        lines.end_line();
     };
     let plain = |stack: &FoldedStack| {
         let (root, leaf) = (&names[stack.ids()[0] as usize], &names[*stack.ids().last().unwrap_or(&0) as usize]);
         !root.starts_with(char::is_whitespace) && !root.starts_with("# ") && !leaf.ends_with(char::is_whitespace)
     };
     // Every stack whole, in the order inferno needs.
-    let every_stack = || stacks.iter().map(|(stack, count)| whole(stack, *count)).collect();
+    let every_stack = || {
+        let mut lines = Lines::default();
+        for (stack, count) in &stacks {
+            whole(stack, *count, &mut lines);
+        }
+        lines
+    };
     if !stacks.iter().all(|(stack, _)| plain(stack)) {
         return every_stack();
     }
@@ -277,7 +307,8 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
     };
     // How many frames of each stack to keep: up to its first narrow frame. A frame is a run of consecutive stacks
     // with the same frames up to its own, as inferno merges them.
-    let mut keep = vec![usize::MAX; stacks.len()];
+    // (And when the first narrow frame started.)
+    let mut keep = vec![(usize::MAX, 0u64); stacks.len()];
     // The frames of the stack before, by depth: start time and first stack.
     let mut open: Vec<(u64, usize)> = Vec::new();
     let mut time = 0u64;
@@ -285,7 +316,9 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
         for (d, &(start, first)) in open.iter().enumerate().skip(depth) {
             if narrow(time - start) {
                 for k in &mut keep[first..upto] {
-                    *k = (*k).min(d + 1);
+                    if d + 1 < k.0 {
+                        *k = (d + 1, start);
+                    }
                 }
             }
         }
@@ -310,36 +343,51 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
     }
     close_from(0, &mut open, time, stacks.len());
 
-    // A stack cut like the one before adds to its line.
-    let mut lines: Vec<String> = Vec::new();
+    // A stack cut like the one before adds to its line, and so does one cut at a sibling of its last frame while
+    // their sum stays narrow: inferno then reads them as one frame (named after the first), also left out, and the
+    // frames it draws start and end where they did.
+    let mut lines = Lines::default();
+    // The stacks cut into the line being made, and how wide its narrow frame is (from before its first stack too:
+    // inferno merges it with the frame of the line before where that has the same name).
     let mut cut: Option<(&[u32], u64)> = None;
-    let end_cut = |cut: Option<(&[u32], u64)>, lines: &mut Vec<String>| {
+    let mut cut_width = 0u64;
+    let mut time = 0u64;
+    let end_cut = |cut: Option<(&[u32], u64)>, lines: &mut Lines| {
         if let Some((ids, count)) = cut {
-            let mut line = Vec::new();
             for &id in ids {
-                line.extend_from_slice(names[id as usize].as_bytes());
-                line.push(b';');
+                lines.text.extend_from_slice(names[id as usize].as_bytes());
+                lines.text.push(b';');
             }
-            write!(line, " {count}").expect("writing into memory");
-            lines.push(String::from_utf8(line).expect("names are text"));
+            push_count(&mut lines.text, count);
+            lines.end_line();
         }
     };
-    for ((stack, count), &keep) in stacks.iter().zip(&keep) {
+    for ((stack, count), &(keep, narrow_start)) in stacks.iter().zip(&keep) {
+        let start = time;
+        time = time.saturating_add(*count);
         if keep >= stack.ids().len() {
             end_cut(cut.take(), &mut lines);
-            lines.push(whole(stack, *count));
+            whole(stack, *count, &mut lines);
             continue;
         }
         let ids = &stack.ids()[..keep];
+        let siblings = |before: &[u32]| before.len() == ids.len() && before[..keep - 1] == ids[..keep - 1];
         match &mut cut {
-            Some((before, sum)) if *before == ids => *sum = sum.saturating_add(*count),
-            _ => end_cut(cut.replace((ids, *count)), &mut lines),
+            Some((before, sum)) if siblings(before) && narrow(cut_width.saturating_add(*count)) => {
+                *sum = sum.saturating_add(*count);
+                cut_width = cut_width.saturating_add(*count);
+            }
+            _ => {
+                end_cut(cut.replace((ids, *count)), &mut lines);
+                cut_width = start.saturating_sub(narrow_start).saturating_add(*count);
+            }
         }
     }
     end_cut(cut, &mut lines);
     tracing::debug!("{} stacks drawn as {} lines", stacks.len(), lines.len());
     // The cut lines are in order but where a cut leaves a name that sorted otherwise with what followed it.
-    match lines.windows(2).all(|w| w[0] <= w[1]) {
+    let in_order = lines.iter().zip(lines.iter().skip(1)).all(|(a, b)| a <= b);
+    match in_order {
         true => lines,
         false => every_stack(),
     }
@@ -364,7 +412,13 @@ fn push_line_tail(stack: &FoldedStack, count: u64, from: usize, out: &mut Vec<u8
         }
         out.extend_from_slice(drawn_name(stack, depth).as_bytes());
     }
-    write!(out, " {count}").expect("writing into memory");
+    push_count(out, count);
+}
+
+/// Appends a line's count: a space and the number.
+fn push_count(out: &mut Vec<u8>, count: u64) {
+    out.push(b' ');
+    push_decimal(out, count, 0, Pad::After);
 }
 
 /// A colour for a frame: the hue says the kind of code, a shade derived from the name tells neighbours apart and
@@ -465,13 +519,13 @@ mod drawn_lines_tests {
     use crate::report::folded::Folded;
     use inferno::flamegraph::{self, Options};
 
-    fn svg(lines: &[String]) -> String {
+    fn svg<'a>(lines: impl IntoIterator<Item = &'a str>, min_width: f64) -> String {
         let mut options = Options::default();
-        options.min_width = 0.5;
+        options.min_width = min_width;
         options.deterministic = true;
         options.no_sort = true;
         let mut out = Vec::new();
-        flamegraph::from_lines(&mut options, lines.iter().map(String::as_str), &mut out).unwrap();
+        flamegraph::from_lines(&mut options, lines, &mut out).unwrap();
         String::from_utf8(out).unwrap()
     }
 
@@ -500,11 +554,34 @@ mod drawn_lines_tests {
                 .collect();
             out_of_order += usize::from(!whole.windows(2).all(|w| w[0] <= w[1]));
             whole.sort_unstable();
-            let cut = drawn_lines(&folded, 0, folded.total(), 0.5);
+            let drawn = drawn_lines(&folded, 0, folded.total(), 0.5);
+            let cut: Vec<&str> = drawn.iter().collect();
             cut_some += usize::from(cut != whole);
-            assert!(svg(&cut) == svg(&whole), "round {round}: {whole:?} cut to {cut:?}");
+            let (cut_svg, whole_svg) = (svg(cut.iter().copied(), 0.5), svg(whole.iter().map(String::as_str), 0.5));
+            assert!(cut_svg == whole_svg, "round {round}: {whole:?} cut to {cut:?}");
         }
         assert!(cut_some > 150, "only {cut_some} of 300 profiles were cut");
         assert!(out_of_order > 20, "only {out_of_order} of 300 profiles had lines out of the folded order");
+    }
+
+    /// Narrow frames one after another under the same parent share a line while together they stay narrow, counted
+    /// from where the first one's frame began: here `f1` also has a line of its own before (its leaf), and drawn with
+    /// `f2` it would be wide.
+    #[test]
+    fn narrow_siblings_share_a_line_while_they_stay_narrow() {
+        let names = ["main", "a", "f1", "f2", "f3", "f4", "x"].iter().map(|&n| n.into()).collect();
+        let stacks = [(&[0, 1][..], 100), (&[0, 1, 2], 2), (&[0, 1, 2, 6], 2), (&[0, 1, 3, 6], 2), (&[0, 1, 4, 6], 2)];
+        let stacks = stacks.iter().chain(&[(&[0, 1, 5, 6][..], 2)]).map(|&(ids, n)| (ids.into(), n)).collect();
+        let folded = Folded::of_stacks(names, stacks);
+        let whole: Vec<String> = folded.stacks().map(|(stack, n)| format!("{stack} {n}")).collect();
+        // 5 % of 110: frames narrower than 5.5 are left out.
+        let drawn = drawn_lines(&folded, 0, folded.total(), 5.0);
+        let cut: Vec<&str> = drawn.iter().collect();
+        assert_eq!(
+            cut,
+            ["main;a 100", "main;a;f1 2", "main;a;f1; 2", "main;a;f2; 4", "main;a;f4; 2"],
+            "f2 and f3 share a line, f1's cut stack does not take f2's (f1 would be 6 wide)"
+        );
+        assert_eq!(svg(cut.iter().copied(), 5.0), svg(whole.iter().map(String::as_str), 5.0));
     }
 }

@@ -318,8 +318,9 @@ pub struct Folder {
     weight: Weight,
     namer: StackNamer,
     /// Each distinct folded stack's slot (found by the hash of its ids), its ids by slot, and by slot its count and
-    /// leaf.
+    /// leaf. The hashes are kept by slot, so that the index grows without hashing every stack again.
     slot_index: hashbrown::HashTable<u32>,
+    slot_hashes: Vec<u64>,
     slots: StackList,
     counts: Vec<u64>,
     leaves: Vec<u32>,
@@ -344,6 +345,7 @@ impl Folder {
             weight: opts.weight,
             namer: StackNamer::new(),
             slot_index: hashbrown::HashTable::new(),
+            slot_hashes: Vec::new(),
             slots: StackList::default(),
             counts: Vec::new(),
             leaves: Vec::new(),
@@ -435,7 +437,9 @@ impl Folder {
         }
         let slot = self.counts.len() as u32;
         slots.push(stack);
-        self.slot_index.insert_unique(hash, slot, |&slot| FxBuildHasher.hash_one(slots.get(slot)));
+        self.slot_hashes.push(hash);
+        let hashes = &self.slot_hashes;
+        self.slot_index.insert_unique(hash, slot, |&slot| hashes[slot as usize]);
         self.counts.push(0);
         self.leaves.push(*self.stack.last().expect("a stack with frames"));
         if self.weight == Weight::Time {

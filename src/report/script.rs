@@ -17,7 +17,7 @@
 //! (see [`super::names`]). Any text a reader could misparse is rewritten by [`super::names`].
 
 use super::names;
-use super::stacks::{arc_identity, KeepAlive, PerStack};
+use super::stacks::{arc_identity, ByFrameId, KeepAlive, PerStack};
 use super::Weight;
 use crate::repeats::{Piece, RepeatedLine, RepeatedText, Span};
 use crate::symbolize::{Frame, ResolvedSample};
@@ -70,8 +70,8 @@ struct LineWriter {
     /// Each distinct line rendered (an index in `lines`), by its frame, address and offset; starts over with the
     /// ids.
     line_index: FxHashMap<(FrameKey, u64, u64), u32>,
-    /// The same by [`Frame::id`](crate::symbolize::Frame::id), a cheaper key.
-    line_by_id: FxHashMap<u64, u32>,
+    /// The same by [`Frame::id`](crate::symbolize::Frame::id).
+    line_by_id: ByFrameId<u32>,
     lines: Vec<RenderedLine>,
     /// Ids of rests by (line, the rest after it; 0: only the blank line).
     rest_ids: FxHashMap<(u64, u64), u64>,
@@ -205,7 +205,7 @@ impl LineWriter {
     /// (rendered once for many samples): for one rendered per sample, looking its rests up costs more than it
     /// saves.
     fn stack_text(&mut self, frames: &[Frame], shared: bool) -> StackText {
-        if self.line_index.len() + self.line_by_id.len() + self.rest_ids.len() > PIECE_IDS_KEPT {
+        if self.line_index.len() + self.rest_ids.len() > PIECE_IDS_KEPT {
             // Ids already handed out stay valid: new ones are never the same numbers.
             self.line_index.clear();
             self.line_by_id.clear();
@@ -218,8 +218,8 @@ impl LineWriter {
         let mut len = 1;
         for frame in frames {
             // (Id 0 is never a key.)
-            let index = match self.line_by_id.get(&frame.id) {
-                Some(&i) => i,
+            let index = match self.line_by_id.get(frame.id) {
+                Some(i) => i,
                 None => {
                     let i = self.line(frame);
                     if frame.id != 0 {
@@ -342,7 +342,7 @@ fn push_address(out: &mut Vec<u8>, n: u64) {
 
 /// Where [`push_decimal`] pads a number shorter than its width.
 #[derive(Clone, Copy)]
-enum Pad {
+pub(super) enum Pad {
     /// Right-aligned, filled with this byte.
     Before(u8),
     /// Left-aligned, filled with spaces.
@@ -350,7 +350,7 @@ enum Pad {
 }
 
 /// Appends `n` in decimal, padded to at least `width` bytes (`{n:>w$}`, `{n:0w$}`, `{n:<w$}`).
-fn push_decimal(out: &mut Vec<u8>, mut n: u64, width: usize, pad: Pad) {
+pub(super) fn push_decimal(out: &mut Vec<u8>, mut n: u64, width: usize, pad: Pad) {
     // Two digits a step (six numbers a sample: a digit at a time was a fifth of rendering the text).
     const PAIRS: [u8; 200] = {
         let (mut pairs, mut n) = ([0u8; 200], 0);

@@ -68,8 +68,51 @@ impl<V> PerStack<V> {
     }
 }
 
-/// Frame ids remembered by [`StackNamer`] before it starts over.
+/// How many ids a [`ByFrameId`] table spans before it starts over.
 const FRAME_IDS_KEPT: usize = 1 << 16;
+
+/// Values by [`Frame::id`], in front of a map by the frame's names: the symbolizer hands ids out one after the
+/// other, so an id is an index in a table, not a key to hash (a lookup for every frame of every sample). In a long
+/// collection ids are new each time the symbolizer names frames afresh (the JIT's files loaded again), so the table
+/// starts over at the id it cannot hold: older ids are then looked up by names again.
+pub(crate) struct ByFrameId<V> {
+    first: u64,
+    slots: Vec<Option<V>>,
+}
+
+impl<V> Default for ByFrameId<V> {
+    fn default() -> Self {
+        ByFrameId { first: 1, slots: Vec::new() }
+    }
+}
+
+impl<V: Copy> ByFrameId<V> {
+    /// The value for `id`; `None` for id 0 (no id).
+    pub(crate) fn get(&self, id: u64) -> Option<V> {
+        let index = usize::try_from(id.checked_sub(self.first)?).ok()?;
+        *self.slots.get(index)?
+    }
+
+    pub(crate) fn insert(&mut self, id: u64, value: V) {
+        if id < self.first {
+            return;
+        }
+        let mut index = (id - self.first) as usize;
+        if index >= FRAME_IDS_KEPT {
+            self.slots.clear();
+            self.first = id;
+            index = 0;
+        }
+        if index >= self.slots.len() {
+            self.slots.resize(index + 1, None);
+        }
+        self.slots[index] = Some(value);
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.slots.clear();
+    }
+}
 
 /// Identity of an `Arc<str>`: its address and length. Only valid while the `Arc` lives: keep a clone next to any
 /// map keyed by it (see [`KeepAlive`]).
@@ -113,8 +156,8 @@ pub(crate) struct StackNamer {
     /// The kind of the frame that first produced each name; `None` for thread (root) names.
     kinds: Vec<Option<FrameKind>>,
     frames: FxHashMap<FrameKey, (u32, u32)>,
-    /// The same by [`Frame::id`] (and whether the thread is a Java thread in its lowest bit): a cheaper key.
-    frames_by_id: FxHashMap<u64, (u32, u32)>,
+    /// The same by [`Frame::id`] (and whether the thread is a Java thread in its lowest bit).
+    frames_by_id: ByFrameId<(u32, u32)>,
     frame_ids: Vec<u32>,
     roots: FxHashMap<(usize, usize), Root>,
     keep: KeepAlive,
@@ -190,19 +233,15 @@ impl StackNamer {
     }
 
     fn frame(&mut self, frame: &Frame, java_thread: bool) -> (u32, u32) {
-        let by_id = (frame.id != 0).then_some(frame.id << 1 | java_thread as u64);
-        if let Some(range) = by_id.and_then(|id| self.frames_by_id.get(&id)) {
-            return *range;
+        if frame.id == 0 {
+            return self.frame_by_key(frame, java_thread);
+        }
+        let by_id = frame.id << 1 | java_thread as u64;
+        if let Some(range) = self.frames_by_id.get(by_id) {
+            return range;
         }
         let range = self.frame_by_key(frame, java_thread);
-        if let Some(id) = by_id {
-            // Ids are new each time the symbolizer names a frame afresh (after the JIT's files are loaded again, in a
-            // long collection): the map only speeds up the one by names, so it starts over when full.
-            if self.frames_by_id.len() >= FRAME_IDS_KEPT {
-                self.frames_by_id.clear();
-            }
-            self.frames_by_id.insert(id, range);
-        }
+        self.frames_by_id.insert(by_id, range);
         range
     }
 
