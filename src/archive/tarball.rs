@@ -13,7 +13,7 @@
 //! perf.data it also keeps the file's [`FileStamp`], so that a later run knows the file unchanged without reading
 //! hundreds of MB to compute their CRC again.
 
-use super::deflate::{deflate_segment, stored_block, Codec, Deflater, EchoDeflater, FINAL_BLOCK};
+use super::deflate::{deflate_segment, stored_block, Codec, EchoDeflater, FINAL_BLOCK};
 use crate::fs::Dir;
 use crate::repeats::Echo;
 use anyhow::{Context, Result};
@@ -433,37 +433,47 @@ impl Segment {
     }
 }
 
-/// A segment of file entries whose contents come in pieces, compressed by miniz as they come, so that no content is
-/// held whole: [`begin`](Self::begin) an entry with its length, [`feed`](Self::feed) its bytes, [`end`](Self::end)
-/// it.
+/// A segment of file entries whose contents come in pieces, compressed by [`EchoDeflater`] as they come, so that no
+/// content is held whole: [`begin`](Self::begin) an entry with its length, [`feed`](Self::feed) its bytes (with
+/// where they repeat earlier ones, if known), [`end`](Self::end) it.
+#[derive(Default)]
 pub struct StreamedEntries {
-    deflater: Deflater,
+    deflater: EchoDeflater,
     len: u64,
-    /// The entry begun: its name, and how many of its bytes are still to come.
-    open: Option<(PathBuf, u64)>,
+    /// The entry begun: its name, how many of its bytes are still to come, and where its contents start in the
+    /// stream.
+    open: Option<(PathBuf, u64, u64)>,
+    echoes: Vec<Echo>,
 }
 
 impl StreamedEntries {
-    pub fn new(level: flate2::Compression) -> StreamedEntries {
-        StreamedEntries { deflater: Deflater::new(level), len: 0, open: None }
-    }
-
     /// Begins a file entry of `len` bytes (the previous one must be ended).
     pub fn begin(&mut self, name: &Path, len: u64, mtime: u64) -> Result<()> {
         anyhow::ensure!(self.open.is_none(), "{}: an entry was begun before the one before it ended", name.display());
         self.deflater.feed(&tar_header(name, len, mtime, false)?);
         self.len += BLOCK as u64;
-        self.open = Some((name.to_path_buf(), len));
+        self.open = Some((name.to_path_buf(), len, self.len));
         Ok(())
     }
 
     /// The next bytes of the entry begun.
     pub fn feed(&mut self, bytes: &[u8]) -> Result<()> {
-        let Some((name, left)) = &mut self.open else { anyhow::bail!("archive content given outside an entry") };
+        self.feed_echoing(bytes, &[])
+    }
+
+    /// The next bytes of the entry begun, and where they repeat earlier bytes of it: `echoes` count positions from
+    /// the entry's first byte, in order.
+    pub fn feed_echoing(&mut self, bytes: &[u8], echoes: &[Echo]) -> Result<()> {
+        let Some((name, left, start)) = &mut self.open else { anyhow::bail!("archive content given outside an entry") };
         *left = left
             .checked_sub(bytes.len() as u64)
             .with_context(|| format!("{} became longer than its archive entry", name.display()))?;
-        self.deflater.feed(bytes);
+        let start = *start;
+        self.echoes.clear();
+        self.echoes.extend(echoes.iter().map(|e| Echo { at: start + e.at, from: start + e.from, len: e.len }));
+        self.deflater.space(bytes.len())[..bytes.len()].copy_from_slice(bytes);
+        self.deflater.filled(bytes.len());
+        self.deflater.encode(bytes.len(), &self.echoes);
         self.len += bytes.len() as u64;
         Ok(())
     }
@@ -471,8 +481,8 @@ impl StreamedEntries {
     /// Ends the entry begun, which must have had all its bytes.
     pub fn end(&mut self) -> Result<()> {
         match self.open.take() {
-            Some((_, 0)) => {}
-            Some((name, _)) => anyhow::bail!("{} is shorter than its archive entry", name.display()),
+            Some((_, 0, _)) => {}
+            Some((name, ..)) => anyhow::bail!("{} is shorter than its archive entry", name.display()),
             None => anyhow::bail!("no archive entry to end"),
         }
         // Everything before the content is whole blocks.
@@ -804,7 +814,7 @@ mod tests {
             false,
         )
         .unwrap();
-        let mut streamed = StreamedEntries::new(flate2::Compression::fast());
+        let mut streamed = StreamedEntries::default();
         for (name, content) in [("a", &a), ("b", &b)] {
             streamed.begin(Path::new(name), content.len() as u64, 7).unwrap();
             for piece in content.chunks(333) {
@@ -820,10 +830,28 @@ mod tests {
         assert_eq!(bytes(&streamed), bytes(&whole));
         assert_eq!((streamed.len, streamed.crc.clone().finalize()), (whole.len, whole.crc.clone().finalize()));
 
-        let mut long = StreamedEntries::new(flate2::Compression::fast());
+        // Echoes are hints: right or wrong, the bytes are the same.
+        let mut echoing = StreamedEntries::default();
+        echoing.begin(Path::new("a"), a.len() as u64, 7).unwrap();
+        echoing.feed_echoing(&a, &[Echo { at: 1, from: 0, len: 999 }]).unwrap();
+        echoing.end().unwrap();
+        echoing.begin(Path::new("b"), b.len() as u64, 7).unwrap();
+        for (i, piece) in b.chunks(15 * 10).enumerate() {
+            let at = (i * 150) as u64;
+            let lines = (at..at + 150).step_by(15).skip(usize::from(i == 0));
+            let mut echoes: Vec<Echo> = lines.map(|at| Echo { at, from: at - 15, len: 15 }).collect();
+            echoes.push(Echo { at: at + 149, from: at + 3, len: 1 });
+            echoing.feed_echoing(piece, &echoes).unwrap();
+        }
+        echoing.end().unwrap();
+        let echoing = echoing.finish().unwrap();
+        assert_eq!(bytes(&echoing), bytes(&whole));
+        assert_eq!(echoing.crc.clone().finalize(), whole.crc.clone().finalize());
+
+        let mut long = StreamedEntries::default();
         long.begin(Path::new("a"), 3, 7).unwrap();
         assert!(long.feed(b"four").is_err());
-        let mut short = StreamedEntries::new(flate2::Compression::fast());
+        let mut short = StreamedEntries::default();
         short.begin(Path::new("a"), 3, 7).unwrap();
         short.feed(b"ab").unwrap();
         assert!(short.end().is_err());

@@ -2,13 +2,14 @@
 //! the root frame, sorted bytewise, as `perf script | inferno-collapse-perf` would produce from our
 //! perf_script.out (see [`super::names`] for the naming rules and [`Weight`] for what the count counts).
 
+use super::script::{push_decimal, Pad};
 use super::stacks::{EventFilter, PerStack, Root, StackNamer, STACK_FRAMES_KEPT};
 use super::Weight;
+use crate::repeats::Echo;
 use crate::symbolize::{Frame, FrameKind, OffCpuState, ResolvedSample};
 use rustc_hash::{FxBuildHasher, FxHashMap};
 use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasher;
-use std::io::Write;
 
 /// Options for [`Folder`].
 #[derive(Debug, Clone, Default)]
@@ -252,20 +253,47 @@ impl Folded {
     }
 
     /// Writes the folded file (`stack count` lines) in pieces of about `piece` bytes, so that it is never held whole:
-    /// with nearly every stack distinct it is as large as the recording.
-    pub fn write_in_pieces<E>(&self, piece: usize, mut write: impl FnMut(&[u8]) -> Result<(), E>) -> Result<(), E> {
+    /// with nearly every stack distinct it is as large as the recording. With each piece come the [`Echo`]s of its
+    /// lines (positions in the file): a line begins as the line before it does, up to the last frame they share
+    /// (the lines are sorted), which a compressor can take as a repeat without looking for it.
+    pub fn write_in_pieces<E>(
+        &self,
+        piece: usize,
+        mut write: impl FnMut(&[u8], &[Echo]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let lens: Vec<u32> = self.names.iter().map(|name| name.len() as u32).collect();
         let mut out = Vec::with_capacity(piece + 4096);
+        let mut echoes = Vec::new();
+        // Where `out` starts in the file, and the line before: where it starts and its stack.
+        let mut written = 0u64;
+        let mut before: Option<(u64, FoldedStack)> = None;
         for (stack, count) in self.stacks() {
+            let at = written + out.len() as u64;
+            if let Some((from, previous)) = before {
+                let shared = previous.ids().iter().zip(stack.ids()).take_while(|(a, b)| a == b).count();
+                // The names and the `;` after each but the last, and that one too where both lines go on.
+                let names: u32 = stack.ids()[..shared].iter().map(|&id| lens[id as usize] + 1).sum();
+                let both_go_on = shared < previous.ids().len() && shared < stack.ids().len();
+                let len = names - u32::from(!both_go_on);
+                if shared > 0 && len > 0 {
+                    echoes.push(Echo { at, from, len });
+                }
+            }
+            before = Some((at, stack));
             stack.push_text(&mut out);
-            writeln!(out, " {count}").expect("writing into memory");
+            out.push(b' ');
+            push_decimal(&mut out, count, 0, Pad::After);
+            out.push(b'\n');
             if out.len() >= piece {
-                write(&out)?;
+                write(&out, &echoes)?;
+                written += out.len() as u64;
                 out.clear();
+                echoes.clear();
             }
         }
         match out.is_empty() {
             true => Ok(()),
-            false => write(&out),
+            false => write(&out, &echoes),
         }
     }
 }

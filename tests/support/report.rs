@@ -1,6 +1,7 @@
 //! Samples through the report stage exactly as the pipeline streams them ([`ProfileBuilder`]), with the text of
 //! perf_script.out collected in memory.
 
+use profcpu::repeats::Echo;
 use profcpu::report::profile::{Profile, ProfileBuilder, ReportOptions};
 use profcpu::report::Weight;
 use profcpu::symbolize::ResolvedSample;
@@ -12,15 +13,22 @@ pub struct Rendered {
 }
 
 impl Rendered {
-    /// folded_stacks.out's text.
+    /// folded_stacks.out's text (checking the repeats it comes with: each echo's bytes are the same as those it
+    /// points back to).
     pub fn folded(&self) -> String {
         let mut out = Vec::new();
-        let write = |piece: &[u8]| -> Result<(), ()> {
+        let mut echoes = Vec::new();
+        let write = |piece: &[u8], piece_echoes: &[Echo]| -> Result<(), ()> {
             out.extend_from_slice(piece);
+            echoes.extend_from_slice(piece_echoes);
             Ok(())
         };
         self.profile.folded.write_in_pieces(1 << 10, write).unwrap();
         assert_eq!(out.len() as u64, self.profile.folded.text_len(), "the folded file is as long as said");
+        for e in &echoes {
+            let (at, from, len) = (e.at as usize, e.from as usize, e.len as usize);
+            assert!(from < at && at + len <= out.len() && out[at..at + len] == out[from..from + len], "{e:?}");
+        }
         String::from_utf8(out).unwrap()
     }
 }

@@ -11,8 +11,9 @@
 //!   Matches are extended while the text keeps repeating at the same distance, and written as fixed-Huffman
 //!   codes: no searching and no Huffman tables, many times faster than zlib's fastest level on such text, for an
 //!   output about as large.
-//! - [`EchoDeflater`] for perf.data, with the repeats of its stack copies as hints (see its module), and without
-//!   hints ([`Codec::Probe`]) for what names the frames (jitdumps, perf maps, unwind info).
+//! - [`EchoDeflater`] for perf.data, with the repeats of its stack copies as hints (see its module); for the folded
+//!   stacks, with each line's repeat of the line before it (sorted lines begin alike); and without hints
+//!   ([`Codec::Probe`]) for what names the frames (jitdumps, perf maps, unwind info).
 //! - miniz at its fastest level ([`Codec::Miniz`]) for the small text files.
 
 mod echo;
@@ -92,8 +93,8 @@ pub fn deflate_segment<'a>(codec: Codec, parts: impl IntoIterator<Item = &'a [u8
     }
 }
 
-/// [`deflate_segment`] fed piece by piece.
-pub struct Deflater {
+/// miniz fed piece by piece ([`Codec::Miniz`]).
+struct Deflater {
     compress: Compress,
     crc: Crc,
     /// Initialized up to its length; the compressed bytes are `out[..written]`. flate2's `compress_vec` with the

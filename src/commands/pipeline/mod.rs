@@ -533,14 +533,14 @@ fn small_outputs(
     let write_folded = || -> Result<(Vec<PathBuf>, Segment)> {
         let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded)];
         files.extend(threads.iter().map(|(tid, _, thread)| (report::thread_folded_file(*tid).into(), thread)));
-        let mut archived = StreamedEntries::new(Compression::fast());
+        let mut archived = StreamedEntries::default();
         for (name, folded) in &files {
             let shown = into.shown(name);
             let mut file = into.create_file(name).with_context(|| format!("cannot create {}", shown.display()))?;
             archived.begin(name, folded.text_len(), now)?;
-            folded.write_in_pieces(FOLDED_PIECE, |piece| {
+            folded.write_in_pieces(FOLDED_PIECE, |piece, echoes| {
                 file.write_all(piece).with_context(|| format!("cannot write {}", shown.display()))?;
-                archived.feed(piece)
+                archived.feed_echoing(piece, echoes)
             })?;
             archived.end()?;
         }
