@@ -87,63 +87,39 @@ impl std::fmt::Display for FoldedStack<'_> {
     }
 }
 
-/// The order of two stacks' texts that differ first in their names at `at`: names hold no `;` ([`super::names`]
-/// turns it into `:`), so the texts are the same up to that name, and after it comes a `;` if its stack goes on, else
-/// the end of the text, which sorts first.
-fn names_order(names: &[Box<str>], a: &[u32], b: &[u32], at: usize) -> std::cmp::Ordering {
-    let (x, y) = (names[a[at] as usize].as_bytes(), names[b[at] as usize].as_bytes());
-    let common = x.iter().zip(y).take_while(|(p, q)| p == q).count();
-    let after = |name: &[u8], stack: &[u32]| name.get(common).copied().or((at + 1 < stack.len()).then_some(b';'));
-    after(x, a).cmp(&after(y, b))
+/// Each name's place in the order of the texts a stack's frame can show: the name alone (the stack ends with it)
+/// and the name followed by `;` (the stack goes on). Names hold no `;` ([`super::names`] turns it into `:`), so two
+/// stacks' texts are in the order of these places at the first frame where the stacks differ, a name that begins
+/// another (`f1`, `f12`) included: the order of the texts is found on numbers, without making the texts.
+struct TextPlaces {
+    /// By name id: its place (from 1) where its stack ends, and where it goes on; 0 is a stack that has ended.
+    places: Vec<[u64; 2]>,
+    /// Bits per place, and how many places fit in a `u64`.
+    bits: u32,
+    depth: usize,
 }
 
-/// The order of stacks' texts (their names joined by `;`), bytewise, found without making the texts: at the first
-/// name that differs, by the names' places in the sorted names, and bytewise only where one name begins the other
-/// (there, what follows it in its stack decides).
-struct RankedNames<'n> {
-    names: &'n [Box<str>],
-    /// Each name's place in the sorted names, and the last place of a name that begins with it.
-    rank: Vec<u32>,
-    extended_to: Vec<u32>,
-}
-
-impl<'n> RankedNames<'n> {
-    fn new(names: &'n [Box<str>]) -> Self {
-        let mut sorted: Vec<u32> = (0..names.len() as u32).collect();
-        sorted.sort_unstable_by(|&x, &y| names[x as usize].cmp(&names[y as usize]));
-        let mut rank = vec![0; names.len()];
-        let mut extended_to = vec![0; names.len()];
-        // The names that begin the current one, shortest first: the names beginning with one follow it in order.
-        let mut open: Vec<u32> = Vec::new();
-        for (place, &id) in sorted.iter().enumerate() {
-            let name = &names[id as usize];
-            while let Some(&prefix) = open.last() {
-                if name.starts_with(&*names[prefix as usize]) {
-                    break;
-                }
-                extended_to[prefix as usize] = place as u32 - 1;
-                open.pop();
-            }
-            rank[id as usize] = place as u32;
-            open.push(id);
+impl TextPlaces {
+    fn new(names: &[Box<str>]) -> Self {
+        debug_assert!(!names.iter().any(|name| name.contains(';')), "folded names hold no ';'");
+        let text = |&(id, goes_on): &(u32, bool)| names[id as usize].bytes().chain(goes_on.then_some(b';'));
+        let mut texts: Vec<(u32, bool)> = (0..names.len() as u32).flat_map(|id| [(id, false), (id, true)]).collect();
+        texts.sort_unstable_by(|a, b| text(a).cmp(text(b)));
+        let mut places = vec![[0u64; 2]; names.len()];
+        for (at, &(id, goes_on)) in texts.iter().enumerate() {
+            places[id as usize][goes_on as usize] = at as u64 + 1;
         }
-        for prefix in open {
-            extended_to[prefix as usize] = names.len() as u32 - 1;
-        }
-        RankedNames { names, rank, extended_to }
+        let bits = u64::BITS - (texts.len() as u64 + 1).leading_zeros();
+        TextPlaces { places, bits, depth: (u64::BITS / bits) as usize }
     }
 
-    fn text_order(&self, a: &[u32], b: &[u32]) -> std::cmp::Ordering {
-        let Some(at) = a.iter().zip(b).position(|(x, y)| x != y) else {
-            return a.len().cmp(&b.len());
-        };
-        let (x, y) = (a[at] as usize, b[at] as usize);
-        let (rx, ry) = (self.rank[x], self.rank[y]);
-        let begins = |first: usize, r: u32| r > self.rank[first] && r <= self.extended_to[first];
-        match begins(x, ry) || begins(y, rx) {
-            true => names_order(self.names, a, b, at),
-            false => rx.cmp(&ry),
-        }
+    /// The places of a stack's frames `from` on, as many as fit, packed: stacks whose numbers differ are in the
+    /// order of their numbers.
+    fn key(&self, ids: &[u32], from: usize) -> u64 {
+        (from..from + self.depth).fold(0u64, |key, d| {
+            let place = ids.get(d).map_or(0, |&id| self.places[id as usize][usize::from(d + 1 < ids.len())]);
+            key << self.bits | place
+        })
     }
 }
 
@@ -332,11 +308,37 @@ impl StackList {
 
     /// `(slot, count)` of every slot (`counts` by slot), sorted by the text of its stack of `names`.
     fn sorted(&self, names: &[Box<str>], counts: &[u64]) -> Vec<(u32, u64)> {
-        let ranked = RankedNames::new(names);
-        let mut sorted: Vec<(u32, u64)> =
-            counts.iter().enumerate().map(|(slot, &count)| (slot as u32, count)).collect();
-        sorted.sort_unstable_by(|a, b| ranked.text_order(self.get(a.0), self.get(b.0)));
-        sorted
+        let places = TextPlaces::new(names);
+        let mut slots: Vec<u32> = (0..counts.len() as u32).collect();
+        let mut keyed = Vec::with_capacity(slots.len());
+        self.sort_from(&places, &mut slots, 0, &mut keyed);
+        slots.into_iter().map(|slot| (slot, counts[slot as usize])).collect()
+    }
+
+    /// Sorts stacks that are the same before frame `from` by a few frames at a time from there ([`TextPlaces::key`]),
+    /// then each run of stacks that are the same there too by the frames after: each sort compares numbers, and a
+    /// stack's frames are read once per few frames, however many frames all the stacks share.
+    fn sort_from(&self, places: &TextPlaces, slots: &mut [u32], from: usize, keyed: &mut Vec<(u64, u32)>) {
+        keyed.clear();
+        keyed.extend(slots.iter().map(|&slot| (places.key(self.get(slot), from), slot)));
+        keyed.sort_unstable();
+        // Runs of more than one stack with the same number: the same frames there, and going on after them (two
+        // stacks that end alike are the same stack, which a list does not hold twice).
+        let next = from + places.depth;
+        let goes_on = |at: usize| self.get(keyed[at].1).len() > next;
+        let mut runs = Vec::new();
+        let mut start = 0;
+        for (i, (key, slot)) in keyed.iter().enumerate() {
+            slots[i] = *slot;
+            if *key != keyed[start].0 {
+                runs.extend((i - start > 1 && goes_on(start)).then_some(start..i));
+                start = i;
+            }
+        }
+        runs.extend((keyed.len() - start > 1 && goes_on(start)).then_some(start..keyed.len()));
+        for run in runs {
+            self.sort_from(places, &mut slots[run], next, keyed);
+        }
     }
 }
 
@@ -571,8 +573,10 @@ mod tests {
         for round in 0..400 {
             // Chosen names, then random ones from a few letters, many beginning others (each name once, as a
             // folder interns them).
-            let names: Vec<Box<str>> = match round % 2 {
+            let names: Vec<Box<str>> = match round % 3 {
                 0 => chosen.iter().map(|&n| n.into()).collect(),
+                // None begins another: the stacks are sorted by their numbers (sort_keys) first.
+                1 => ["a", "bb", "cx", "d(int)", "Main", "[k]", "é", "zz"].iter().map(|&n| n.into()).collect(),
                 _ => {
                     let letters = ['f', '1', ' ', ':', '<', 'é'];
                     let random = (0..1 + rng.below(12))
@@ -583,9 +587,12 @@ mod tests {
                 }
             };
             let mut stacks = std::collections::BTreeSet::new();
+            // In half the rounds every stack begins with the same frames.
+            let shared: Vec<u32> = (0..rng.below(2) * rng.below(3)).map(|_| rng.below(names.len()) as u32).collect();
             for _ in 0..1 + rng.below(60) {
                 let depth = 1 + rng.below(5);
-                stacks.insert((0..depth).map(|_| rng.below(names.len()) as u32).collect::<Box<[u32]>>());
+                let own = (0..depth).map(|_| rng.below(names.len()) as u32);
+                stacks.insert(shared.iter().copied().chain(own).collect::<Box<[u32]>>());
             }
             let folded = Folded::of_stacks(names, stacks.into_iter().map(|s| (s, 1)).collect());
             let ours: Vec<String> = folded.stacks().map(|(stack, _)| stack.to_string()).collect();
