@@ -4,10 +4,10 @@
 //! error an empty selection gets.
 
 use super::folded::{FoldOptions, Folded, Folder};
-use super::script::{ScriptOptions, ScriptWriter, StackText};
+use super::script::{RenderedStack, ScriptOptions, ScriptWriter};
 use super::view::{View, Viewer};
 use super::Weight;
-use crate::repeats::Span;
+use crate::repeats::{RepeatedLine, Span};
 use crate::symbolize::ResolvedSample;
 use rustc_hash::FxHashMap;
 use std::collections::BTreeMap;
@@ -86,14 +86,16 @@ impl ProfileBuilder {
         }
     }
 
-    /// Adds a sample. When the view shows it, its perf script header line is appended to `header` (and described
-    /// by `spans`), and the rest of its text, its stack's lines (shared by the samples of a stack), is returned.
+    /// Adds a sample. When the view shows it, its perf script text is appended to `text`: its header line
+    /// (described by `spans`), then, unless the stack's text is shared by the samples of a stack, its stack's lines
+    /// (described by `lines`): see [`RenderedStack`].
     pub fn add(
         &mut self,
         sample: &mut ResolvedSample,
-        header: &mut Vec<u8>,
+        text: &mut Vec<u8>,
         spans: Option<&mut Vec<Span>>,
-    ) -> Option<&Arc<StackText>> {
+        lines: &mut Vec<RepeatedLine>,
+    ) -> Option<RenderedStack<'_>> {
         self.facts.note(sample);
         if !self.viewer.apply(sample) {
             return None;
@@ -108,7 +110,7 @@ impl ProfileBuilder {
             });
             folder.add(sample);
         }
-        Some(self.script.render(sample, header, spans))
+        Some(self.script.render(sample, text, spans, lines))
     }
 
     pub fn finish(self) -> Profile {

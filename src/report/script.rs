@@ -55,9 +55,17 @@ pub struct ScriptWriter {
     events: FxHashMap<(usize, usize), (u32, Box<str>)>,
     keep: KeepAlive,
     stacks: PerStack<Arc<StackText>>,
-    /// The text of the last unshared stack rendered.
-    unshared: Option<Arc<StackText>>,
     lines: LineWriter,
+}
+
+/// Where [`ScriptWriter::render`] put a sample's stack text.
+pub enum RenderedStack<'a> {
+    /// The stack's own text, shared by its samples (borrowed: cloning the `Arc` for every sample would make threads
+    /// that read the text contend for its reference count).
+    Shared(&'a Arc<StackText>),
+    /// This many bytes after the header, and their lines appended to the lines given: a stack the symbolizer did
+    /// not share is rendered for one sample, into the caller's buffers (no allocation of its own).
+    Appended(usize),
 }
 
 /// Renders frame lines ([`StackText`]s), remembering how each distinct frame is spelled, each distinct line
@@ -120,33 +128,33 @@ impl ScriptWriter {
             events: FxHashMap::default(),
             keep: KeepAlive::default(),
             stacks: PerStack::new(STACK_TEXT_KEPT),
-            unshared: None,
             lines: LineWriter::default(),
         }
     }
 
-    /// Appends the sample's header line to `out` (and its spans to `spans`) and returns the rest of its text: the
-    /// frame lines and the blank line, rendered once per shared stack. (Borrowed: cloning the `Arc` for every
-    /// sample would make threads that read the text contend for its reference count.)
+    /// Appends the sample's header line to `out` (and its spans to `spans`), then the rest of its text: the frame
+    /// lines and the blank line, rendered once per shared stack, else appended to `out` (and its lines to `lines`).
     pub fn render(
         &mut self,
         sample: &ResolvedSample,
         out: &mut Vec<u8>,
         spans: Option<&mut Vec<Span>>,
-    ) -> &Arc<StackText> {
+        lines: &mut Vec<RepeatedLine>,
+    ) -> RenderedStack<'_> {
         self.write_header(sample, out, spans);
         let id = sample.frames.id();
         if id == 0 {
-            let stack = Arc::new(self.lines.stack_text(&sample.frames, false));
-            return self.unshared.insert(stack);
+            let before = out.len();
+            self.lines.append_stack(&sample.frames, out, lines);
+            return RenderedStack::Appended(out.len() - before);
         }
         let lines = &mut self.lines;
         let make = || {
-            let stack = lines.stack_text(&sample.frames, true);
+            let stack = lines.stack_text(&sample.frames);
             let cost = stack.text.len() + stack.lines.len() * std::mem::size_of::<RepeatedLine>();
             (Arc::new(stack), cost)
         };
-        self.stacks.get_or_insert_with(id, make).expect("a shared stack has an id")
+        RenderedStack::Shared(self.stacks.get_or_insert_with(id, make).expect("a shared stack has an id"))
     }
 
     fn write_header(&mut self, sample: &ResolvedSample, out: &mut Vec<u8>, spans: Option<&mut Vec<Span>>) {
@@ -201,10 +209,27 @@ impl ScriptWriter {
 }
 
 impl LineWriter {
-    /// The frame lines, leaf first, and the blank line that ends a sample. Rests get ids only in a shared stack
-    /// (rendered once for many samples): for one rendered per sample, looking its rests up costs more than it
-    /// saves.
-    fn stack_text(&mut self, frames: &[Frame], shared: bool) -> StackText {
+    /// A shared stack's text: the frame lines, leaf first, and the blank line that ends a sample, each line with the
+    /// id of the rest of the stack from it on. (Only in a shared stack, rendered once for many samples: for one
+    /// rendered per sample, looking its rests up costs more than it saves.)
+    fn stack_text(&mut self, frames: &[Frame]) -> StackText {
+        let (mut text, mut lines) = (Vec::new(), Vec::new());
+        self.append_stack(frames, &mut text, &mut lines);
+        let mut rest = 0;
+        for line in lines.iter_mut().rev() {
+            let last = &mut self.last_piece_id;
+            rest = *self.rest_ids.entry((line.line, rest)).or_insert_with(|| {
+                *last += 1;
+                *last
+            });
+            line.rest = rest;
+        }
+        RepeatedText { text: text.into(), lines: lines.into() }
+    }
+
+    /// Appends the frame lines, leaf first, and the blank line that ends a sample to `text`, and the lines (without
+    /// rest ids) to `lines`.
+    fn append_stack(&mut self, frames: &[Frame], text: &mut Vec<u8>, lines: &mut Vec<RepeatedLine>) {
         if self.line_index.len() + self.rest_ids.len() > PIECE_IDS_KEPT {
             // Ids already handed out stay valid: new ones are never the same numbers.
             self.line_index.clear();
@@ -212,7 +237,7 @@ impl LineWriter {
             self.lines.clear();
             self.rest_ids.clear();
         }
-        // The lines first, then the text at its exact length: one allocation each, none given back in part.
+        // The lines first, then the text: room for it all at once (a new stack text's at its exact length).
         let mut indices = std::mem::take(&mut self.scratch);
         indices.clear();
         let mut len = 1;
@@ -231,8 +256,8 @@ impl LineWriter {
             len += self.lines[index as usize].text.len();
             indices.push(index);
         }
-        let mut text = Vec::with_capacity(len);
-        let mut lines = Vec::with_capacity(frames.len());
+        text.reserve(len);
+        lines.reserve(frames.len());
         for &index in &indices {
             let line = &self.lines[index as usize];
             text.extend_from_slice(&line.text);
@@ -240,18 +265,6 @@ impl LineWriter {
         }
         self.scratch = indices;
         text.push(b'\n');
-        if shared {
-            let mut rest = 0;
-            for line in lines.iter_mut().rev() {
-                let last = &mut self.last_piece_id;
-                rest = *self.rest_ids.entry((line.line, rest)).or_insert_with(|| {
-                    *last += 1;
-                    *last
-                });
-                line.rest = rest;
-            }
-        }
-        RepeatedText { text: text.into(), lines: lines.into() }
     }
 
     /// The index of a frame's line, rendered on first sight.

@@ -3,6 +3,7 @@
 
 use profcpu::repeats::Echo;
 use profcpu::report::profile::{Profile, ProfileBuilder, ReportOptions};
+use profcpu::report::script::RenderedStack;
 use profcpu::report::Weight;
 use profcpu::symbolize::ResolvedSample;
 
@@ -36,13 +37,16 @@ impl Rendered {
 pub fn render<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &ReportOptions) -> Rendered {
     let mut builder = ProfileBuilder::new(opts);
     let mut script = Vec::new();
-    let mut header = Vec::new();
+    let (mut text, mut lines) = (Vec::new(), Vec::new());
     for sample in samples {
-        header.clear();
-        if let Some(stack) = builder.add(&mut sample.clone(), &mut header, None) {
-            script.extend_from_slice(&header);
-            script.extend_from_slice(&stack.text);
-        }
+        text.clear();
+        let shared = match builder.add(&mut sample.clone(), &mut text, None, &mut lines) {
+            Some(RenderedStack::Shared(stack)) => Some(stack.text.clone()),
+            // The stack's text follows the header in `text`.
+            Some(RenderedStack::Appended(_)) | None => None,
+        };
+        script.extend_from_slice(&text);
+        script.extend(shared.iter().flat_map(|text| text.iter()));
     }
     Rendered { script: String::from_utf8(script).unwrap(), profile: builder.finish() }
 }

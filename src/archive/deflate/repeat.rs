@@ -2,7 +2,7 @@
 //! ([`crate::repeats`]) instead of searching for them (see the module docs of [`super`]).
 
 use super::fixed::{equal, put_literals, put_match, sync_flush, tables, BitWriter, Tables, MIN_MATCH, WINDOW};
-use crate::repeats::{RepeatedText, Span};
+use crate::repeats::{RepeatedLine, Span};
 use crc32fast::Hasher as Crc;
 use std::collections::VecDeque;
 
@@ -229,14 +229,13 @@ impl RepeatDeflater {
 
     /// Encodes a stack's text. The longest tail of it placed within the window becomes one match; the lines
     /// before it become matches where the line (or its label or module piece) is within the window, else literals.
-    pub fn feed_stack(&mut self, stack: &RepeatedText) {
+    pub fn feed_stack(&mut self, text: &[u8], lines: &[RepeatedLine]) {
         let t = tables();
-        let text = &stack.text[..];
         self.crc.update(text);
         let start = self.pos;
         let mut pending = PendingMatch::default();
         let mut at = 0usize;
-        for line in stack.lines.iter() {
+        for line in lines {
             let pos = start + at as u64;
             let rest = (line.rest != 0).then(|| self.placed.distance(REST | line.rest, pos)).flatten();
             if let Some(d) = rest {
@@ -275,7 +274,7 @@ impl RepeatDeflater {
         pending.flush(&mut self.bits, t);
         // Where each line and tail now is (also those inside a match: the nearest copy reaches farthest).
         let mut at = start;
-        for line in stack.lines.iter() {
+        for line in lines {
             if line.rest != 0 {
                 self.placed.place(REST | line.rest, at);
             }

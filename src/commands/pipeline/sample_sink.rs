@@ -1,38 +1,58 @@
 //! Each named sample, as the symbolizer hands it over, goes through the report stage ([`ProfileBuilder`]) and its
 //! perf script text into chunks for the writer thread (no sample is kept).
 
-use crate::repeats::Span;
+use crate::repeats::{RepeatedLine, Span};
 use crate::report::profile::{Profile, ProfileBuilder, ReportOptions};
-use crate::report::script::StackText;
+use crate::report::script::{RenderedStack, StackText};
 use crate::symbolize::ResolvedSample;
 use anyhow::{bail, Result};
 use rustc_hash::FxHashMap;
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
 
-/// Rendered script text: samples' header lines, each followed by its stack's text (shared between the samples of
-/// a stack, not copied).
+/// Rendered script text: samples' header lines, each followed by its stack's text: its own, in the same buffer, or
+/// a stack's shared by its samples (not copied).
 #[derive(Default)]
 pub struct Chunk {
-    /// The header lines, one after the other, and the spans that describe them.
-    pub headers: Vec<u8>,
+    /// The header lines and the stacks' own texts, one after the other, and the spans that describe the headers
+    /// and the lines of the own texts.
+    pub text: Vec<u8>,
     pub header_spans: Vec<Span>,
-    /// Per sample: its header's length in bytes and in spans, and its stack's text (an index in `stacks`).
-    pub samples: Vec<(u32, u32, u32)>,
-    /// The stack texts of the chunk's samples, each once (one reference per chunk, not per sample).
+    pub own_lines: Vec<RepeatedLine>,
+    /// Per sample: its header's length in bytes and in spans, and its stack's text.
+    samples: Vec<(u32, u32, StackAt)>,
+    /// The shared stack texts of the chunk's samples, each once (one reference per chunk, not per sample).
     pub stacks: Vec<Arc<StackText>>,
     /// Where each stack text is in `stacks`, by its address.
     stack_index: FxHashMap<usize, u32>,
     /// Bytes of text in all.
     pub len: usize,
-    /// Bytes of the stack texts in `stacks`: what the chunk keeps in memory.
+    /// Bytes of stack text (own or shared) in `text` and `stacks`: what the chunk keeps in memory.
     stack_bytes: usize,
+}
+
+/// Where a sample's stack text is in its [`Chunk`].
+#[derive(Clone, Copy)]
+enum StackAt {
+    /// An index in `stacks`.
+    Shared(u32),
+    /// This many bytes after the header in `text`, and this many lines in `own_lines`.
+    Own(u32, u32),
+}
+
+/// A sample's text in a [`Chunk`]: its header line and its stack's lines.
+pub struct SampleText<'a> {
+    pub header: &'a [u8],
+    pub header_spans: &'a [Span],
+    pub stack: &'a [u8],
+    pub stack_lines: &'a [RepeatedLine],
 }
 
 impl Chunk {
     fn clear(&mut self) {
-        self.headers.clear();
+        self.text.clear();
         self.header_spans.clear();
+        self.own_lines.clear();
         self.samples.clear();
         self.stacks.clear();
         self.stack_index.clear();
@@ -40,32 +60,77 @@ impl Chunk {
         self.stack_bytes = 0;
     }
 
-    /// Appends a sample whose header (`header_len` bytes, `header_spans` spans) was just appended.
-    fn push(&mut self, header_len: usize, header_spans: usize, stack: &Arc<StackText>) {
-        let key = Arc::as_ptr(stack) as usize;
-        let index = match self.stack_index.get(&key) {
-            Some(&i) => i,
-            None => {
-                let i = self.stacks.len() as u32;
-                self.stack_bytes += stack.text.len();
-                self.stacks.push(stack.clone());
-                self.stack_index.insert(key, i);
-                i
+    /// Appends a sample whose text (`len` bytes, its header's `header_spans` spans and its own stack text's
+    /// lines) was just appended, and whose stack text is `stack`.
+    fn push(&mut self, len: usize, header_spans: usize, stack: RenderedStack, own_lines: usize) {
+        let (header_len, at) = match stack {
+            RenderedStack::Appended(own) => {
+                self.stack_bytes += own;
+                (len - own, StackAt::Own(own as u32, own_lines as u32))
+            }
+            RenderedStack::Shared(stack) => {
+                let key = Arc::as_ptr(stack) as usize;
+                let index = match self.stack_index.get(&key) {
+                    Some(&i) => i,
+                    None => {
+                        let i = self.stacks.len() as u32;
+                        self.stack_bytes += stack.text.len();
+                        self.stacks.push(stack.clone());
+                        self.stack_index.insert(key, i);
+                        i
+                    }
+                };
+                self.len += stack.text.len();
+                (len, StackAt::Shared(index))
             }
         };
-        self.len += header_len + stack.text.len();
-        self.samples.push((header_len as u32, header_spans as u32, index));
+        self.len += len;
+        self.samples.push((header_len as u32, header_spans as u32, at));
     }
 
-    /// Each sample's header (with its spans) and stack text, in order.
-    pub fn samples(&self) -> impl Iterator<Item = (&[u8], &[Span], &StackText)> {
-        let (mut at, mut span_at) = (0usize, 0usize);
-        self.samples.iter().map(move |(len, spans, stack)| {
-            let (len, spans) = (*len as usize, *spans as usize);
-            let header = (&self.headers[at..at + len], &self.header_spans[span_at..span_at + spans]);
+    /// The chunk's text in order, in as few pieces as it is kept in: each run of header lines and own stack texts
+    /// is one, each shared stack text another.
+    pub fn pieces<'a>(&'a self, out: &mut Vec<std::io::IoSlice<'a>>) {
+        let (mut run, mut at) = (0usize, 0usize);
+        for &(len, _, stack) in &self.samples {
+            at += len as usize;
+            match stack {
+                StackAt::Own(len, _) => at += len as usize,
+                StackAt::Shared(i) => {
+                    out.push(std::io::IoSlice::new(&self.text[run..at]));
+                    out.push(std::io::IoSlice::new(&self.stacks[i as usize].text));
+                    run = at;
+                }
+            }
+        }
+        if run < at {
+            out.push(std::io::IoSlice::new(&self.text[run..at]));
+        }
+    }
+
+    /// Each sample's text, in order.
+    pub fn samples(&self) -> impl Iterator<Item = SampleText<'_>> {
+        let (mut at, mut span_at, mut line_at) = (0usize, 0usize, 0usize);
+        self.samples.iter().map(move |&(len, spans, stack)| {
+            let (len, spans) = (len as usize, spans as usize);
+            let header = &self.text[at..at + len];
+            let header_spans = &self.header_spans[span_at..span_at + spans];
             at += len;
             span_at += spans;
-            (header.0, header.1, &*self.stacks[*stack as usize])
+            let (stack, stack_lines) = match stack {
+                StackAt::Shared(i) => {
+                    let stack = &*self.stacks[i as usize];
+                    (&stack.text[..], &stack.lines[..])
+                }
+                StackAt::Own(len, lines) => {
+                    let (len, lines) = (len as usize, lines as usize);
+                    let own = (&self.text[at..at + len], &self.own_lines[line_at..line_at + lines]);
+                    at += len;
+                    line_at += lines;
+                    own
+                }
+            };
+            SampleText { header, header_spans, stack, stack_lines }
         })
     }
 }
@@ -93,11 +158,15 @@ impl SampleSink {
 
     pub fn take(&mut self, sample: &mut ResolvedSample) -> Result<()> {
         let chunk = &mut self.chunk;
-        let (before, spans_before) = (chunk.headers.len(), chunk.header_spans.len());
-        let Some(stack) = self.profile.add(sample, &mut chunk.headers, Some(&mut chunk.header_spans)) else {
+        let before = (chunk.text.len(), chunk.header_spans.len(), chunk.own_lines.len());
+        let Some(stack) =
+            self.profile.add(sample, &mut chunk.text, Some(&mut chunk.header_spans), &mut chunk.own_lines)
+        else {
             return Ok(());
         };
-        chunk.push(chunk.headers.len() - before, chunk.header_spans.len() - spans_before, stack);
+        let (len, spans, lines) =
+            (chunk.text.len() - before.0, chunk.header_spans.len() - before.1, chunk.own_lines.len() - before.2);
+        chunk.push(len, spans, stack, lines);
         if chunk.len >= CHUNK_BYTES || chunk.stack_bytes >= CHUNK_STACK_BYTES {
             self.send()?;
         }

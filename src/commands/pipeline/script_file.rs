@@ -1,5 +1,5 @@
-//! perf_script.out on disk and in the archive: the writer thread (`writev` straight from the chunks' header
-//! lines and shared stack texts, disk blocks reserved ahead; over an earlier run's file, only from the first byte
+//! perf_script.out on disk and in the archive: the writer thread (`writev` straight from the chunks' text and
+//! shared stack texts, disk blocks reserved ahead; over an earlier run's file, only from the first byte
 //! that differs) and the compressor thread (the archive's first entry, compressed as the chunks come by
 //! [`RepeatDeflater`]).
 
@@ -34,11 +34,8 @@ pub fn write(
             earlier = Some(Earlier::of(&over));
             file = over;
         }
-        let mut slices = Vec::with_capacity(chunk.samples.len() * 2);
-        for (header, _, stack) in chunk.samples() {
-            slices.push(IoSlice::new(header));
-            slices.push(IoSlice::new(&stack.text));
-        }
+        let mut slices = Vec::new();
+        chunk.pieces(&mut slices);
         let unchanged = match &mut earlier {
             Some(earlier) => earlier.holds(&file, len, &slices).with_context(error)?,
             None => false,
@@ -144,9 +141,9 @@ pub fn compress(
     let mut deflater = RepeatDeflater::new();
     let (mut len, mut compressed) = (0u64, 0u64);
     for chunk in chunks {
-        for (header, spans, stack) in chunk.samples() {
-            deflater.feed(header, spans);
-            deflater.feed_stack(stack);
+        for sample in chunk.samples() {
+            deflater.feed(sample.header, sample.header_spans);
+            deflater.feed_stack(sample.stack, sample.stack_lines);
         }
         let out = deflater.take_output();
         compressed += out.len() as u64;
@@ -222,7 +219,7 @@ fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice]) -> std::io::R
 #[cfg(test)]
 mod tests {
     use crate::archive::deflate::{deflate_segment, inflate_segment as inflate, Codec, RepeatDeflater};
-    use crate::report::script::{ScriptOptions, ScriptWriter};
+    use crate::report::script::{RenderedStack, ScriptOptions, ScriptWriter};
     use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
     use flate2::Compression;
     use std::sync::Arc;
@@ -261,7 +258,7 @@ mod tests {
         let mut writer = ScriptWriter::new(&ScriptOptions::default());
         let mut deflater = RepeatDeflater::new();
         let mut text = Vec::new();
-        let (mut header, mut spans) = (Vec::new(), Vec::new());
+        let (mut header, mut spans, mut own_lines) = (Vec::new(), Vec::new(), Vec::new());
         let mut out = Vec::new();
         for i in 0..6000u64 {
             // Mostly a few hot stacks, sometimes any.
@@ -280,11 +277,21 @@ mod tests {
             };
             header.clear();
             spans.clear();
-            let stack_text = writer.render(&sample, &mut header, Some(&mut spans)).clone();
-            deflater.feed(&header, &spans);
-            deflater.feed_stack(&stack_text);
-            text.extend_from_slice(&header);
-            text.extend_from_slice(&stack_text.text);
+            own_lines.clear();
+            match writer.render(&sample, &mut header, Some(&mut spans), &mut own_lines) {
+                RenderedStack::Shared(stack) => {
+                    deflater.feed(&header, &spans);
+                    deflater.feed_stack(&stack.text, &stack.lines);
+                    text.extend_from_slice(&header);
+                    text.extend_from_slice(&stack.text);
+                }
+                RenderedStack::Appended(len) => {
+                    let (head, stack) = header.split_at(header.len() - len);
+                    deflater.feed(head, &spans);
+                    deflater.feed_stack(stack, &own_lines);
+                    text.extend_from_slice(&header);
+                }
+            }
             if i % 500 == 0 {
                 out.extend(deflater.take_output());
             }
