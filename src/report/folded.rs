@@ -62,16 +62,6 @@ impl<'a> FoldedStack<'a> {
     pub fn name(&self, id: u32) -> &'a str {
         &self.names[id as usize]
     }
-
-    /// Appends its text (the names joined by `;`).
-    pub fn push_text(&self, out: &mut Vec<u8>) {
-        for (i, &id) in self.ids.iter().enumerate() {
-            if i > 0 {
-                out.push(b';');
-            }
-            out.extend_from_slice(self.name(id).as_bytes());
-        }
-    }
 }
 
 /// Its text: the names joined by `;`.
@@ -217,15 +207,17 @@ impl Folded {
         self.kinds.iter().map(|(name, kind)| (name.as_str(), *kind))
     }
 
-    /// The folded file's length in bytes: what [`write_in_pieces`](Self::write_in_pieces) writes.
+    /// The folded file's length in bytes: what [`write_in_pieces`](Self::write_in_pieces) writes. (Every slot is
+    /// one line: its names are added up in the order they are kept, not in the lines' order, which would read them
+    /// from all over memory.)
     pub fn text_len(&self) -> u64 {
-        let names: Vec<u64> = self.names.iter().map(|name| name.len() as u64).collect();
-        let line = |(stack, count): (FoldedStack, u64)| {
-            let names: u64 = stack.ids().iter().map(|&id| names[id as usize]).sum();
-            // The `;`s, a space, the count and the newline.
-            names + stack.ids().len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2
+        debug_assert_eq!(self.stacks.len(), self.slots.ends.len(), "every slot is a line");
+        let names: u64 = self.slots.ids.iter().map(|&id| self.names[id as usize].len() as u64).sum();
+        // The `;`s, a space, the count and the newline.
+        let rest = |&(slot, count): &(u32, u64)| {
+            self.slots.get(slot).len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2
         };
-        self.stacks().map(line).sum()
+        names + self.stacks.iter().map(rest).sum::<u64>()
     }
 
     /// Writes the folded file (`stack count` lines) in pieces of about `piece` bytes, so that it is never held whole:
@@ -245,6 +237,8 @@ impl Folded {
         let mut before: Option<(u64, FoldedStack)> = None;
         for (stack, count) in self.stacks() {
             let at = written + out.len() as u64;
+            // The names this line shares with the one before, joined: copied from it while it is still in `out`.
+            let mut copied = 0;
             if let Some((from, previous)) = before {
                 let shared = previous.ids().iter().zip(stack.ids()).take_while(|(a, b)| a == b).count();
                 // The names and the `;` after each but the last, and that one too where both lines go on.
@@ -254,9 +248,19 @@ impl Folded {
                 if shared > 0 && len > 0 {
                     echoes.push(Echo { at, from, len });
                 }
+                if shared > 0 && from >= written {
+                    let start = (from - written) as usize;
+                    out.extend_from_within(start..start + names as usize - 1);
+                    copied = shared;
+                }
             }
             before = Some((at, stack));
-            stack.push_text(&mut out);
+            for (i, &id) in stack.ids().iter().enumerate().skip(copied) {
+                if i > 0 {
+                    out.push(b';');
+                }
+                out.extend_from_slice(self.names[id as usize].as_bytes());
+            }
             out.push(b' ');
             push_decimal(&mut out, count, 0, Pad::After);
             out.push(b'\n');
