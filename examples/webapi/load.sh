@@ -38,25 +38,24 @@ tool=${WEBAPI_LOAD_TOOL:-auto}
 [[ "$tool" == auto || "$tool" == wrk || "$tool" == curl ]] || die "WEBAPI_LOAD_TOOL must be auto, wrk or curl"
 if [[ "$tool" == wrk ]] || { [[ "$tool" == auto ]] && command -v wrk >/dev/null 2>&1; }; then
     threads=$((conns < 2 ? conns : 2))
-    out=$(mktemp)
-    trap 'rm -f "$out"' EXIT
     # `timeout` is a backstop in case wrk hangs on a server that stopped
-    # answering; wrk itself stops after -d.
+    # answering; wrk itself stops after -d. Its report is kept in a
+    # variable, not a file: a load killed before it ends leaves nothing.
     rc=0
-    timeout --kill-after=5 $((duration + 15)) \
-        wrk -t"$threads" -c"$conns" -d"${duration}s" --timeout 10s "$url" >"$out" 2>&1 || rc=$?
-    cat "$out" >&2
+    out=$(timeout --kill-after=5 $((duration + 15)) \
+        wrk -t"$threads" -c"$conns" -d"${duration}s" --timeout 10s "$url" 2>&1) || rc=$?
+    printf '%s\n' "$out" >&2
     ((rc == 0)) || die "wrk failed (exit $rc)"
-    requests=$(sed -n 's/^ *\([0-9][0-9]*\) requests in .*/\1/p' "$out")
+    requests=$(sed -n 's/^ *\([0-9][0-9]*\) requests in .*/\1/p' <<<"$out")
     requests=${requests:-0}
     # wrk counts a non-2xx/3xx reply as a request; count it as an error here.
-    non2xx=$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9][0-9]*\).*/\1/p' "$out")
-    sockerr=$(sed -n 's/^ *Socket errors: connect \([0-9]*\), read \([0-9]*\), write \([0-9]*\), timeout \([0-9]*\).*/\1 \2 \3 \4/p' "$out")
+    non2xx=$(sed -n 's/^ *Non-2xx or 3xx responses: *\([0-9][0-9]*\).*/\1/p' <<<"$out")
+    sockerr=$(sed -n 's/^ *Socket errors: connect \([0-9]*\), read \([0-9]*\), write \([0-9]*\), timeout \([0-9]*\).*/\1 \2 \3 \4/p' <<<"$out")
     errors=${non2xx:-0}
     for e in $sockerr; do errors=$((errors + e)); done
     ok=$((requests - ${non2xx:-0}))
     # `    Latency   101.23ms    2.34ms ...`: the mean, in us, ms or s.
-    latency=$(awk '$1 == "Latency" {v = $2; f = 1; if (v ~ /us$/) f = 0.001; else if (v ~ /ms$/) f = 1; else if (v ~ /s$/) f = 1000; sub(/[a-z]+$/, "", v); printf "%.3f", v * f; exit}' "$out")
+    latency=$(awk '$1 == "Latency" {v = $2; f = 1; if (v ~ /us$/) f = 0.001; else if (v ~ /ms$/) f = 1; else if (v ~ /s$/) f = 1000; sub(/[a-z]+$/, "", v); printf "%.3f", v * f; exit}' <<<"$out")
     echo "requests=$requests errors=$errors seconds=$duration latency_ms=${latency:-0} tool=wrk"
     ((ok > 0)) || exit 1
     exit 0
@@ -67,6 +66,8 @@ command -v curl >/dev/null 2>&1 || die "neither wrk nor curl is installed (scrip
 
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
+# Stopped early: the workers stop too, and the EXIT trap removes their folder.
+trap 'kill $(jobs -p) 2>/dev/null; exit 143' TERM INT
 # Microsecond clock: $SECONDS is whole seconds and would cut a run short by
 # up to one second.
 end=$((${EPOCHREALTIME//[!0-9]/} + duration * 1000000))
