@@ -434,8 +434,8 @@ impl Segment {
 }
 
 /// A segment of file entries whose contents come in pieces, compressed by [`EchoDeflater`] as they come, so that no
-/// content is held whole: [`begin`](Self::begin) an entry with its length, [`feed`](Self::feed) its bytes (with
-/// where they repeat earlier ones, if known), [`end`](Self::end) it.
+/// content is held whole: [`begin`](Self::begin) an entry with its length, [`feed_echoing`](Self::feed_echoing) its
+/// bytes (with where they repeat earlier ones, if known), [`end`](Self::end) it.
 #[derive(Default)]
 pub struct StreamedEntries {
     deflater: EchoDeflater,
@@ -456,13 +456,8 @@ impl StreamedEntries {
         Ok(())
     }
 
-    /// The next bytes of the entry begun.
-    pub fn feed(&mut self, bytes: &[u8]) -> Result<()> {
-        self.feed_echoing(bytes, &[])
-    }
-
-    /// The next bytes of the entry begun, and where they repeat earlier bytes of it: `echoes` count positions from
-    /// the entry's first byte, in order.
+    /// The next bytes of the entry begun, and where they repeat earlier bytes of it, if known: `echoes` count
+    /// positions from the entry's first byte, in order.
     pub fn feed_echoing(&mut self, bytes: &[u8], echoes: &[Echo]) -> Result<()> {
         let Some((name, left, start)) = &mut self.open else { anyhow::bail!("archive content given outside an entry") };
         *left = left
@@ -818,7 +813,7 @@ mod tests {
         for (name, content) in [("a", &a), ("b", &b)] {
             streamed.begin(Path::new(name), content.len() as u64, 7).unwrap();
             for piece in content.chunks(333) {
-                streamed.feed(piece).unwrap();
+                streamed.feed_echoing(piece, &[]).unwrap();
             }
             streamed.end().unwrap();
         }
@@ -850,10 +845,10 @@ mod tests {
 
         let mut long = StreamedEntries::default();
         long.begin(Path::new("a"), 3, 7).unwrap();
-        assert!(long.feed(b"four").is_err());
+        assert!(long.feed_echoing(b"four", &[]).is_err());
         let mut short = StreamedEntries::default();
         short.begin(Path::new("a"), 3, 7).unwrap();
-        short.feed(b"ab").unwrap();
+        short.feed_echoing(b"ab", &[]).unwrap();
         assert!(short.end().is_err());
     }
 
