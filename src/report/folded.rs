@@ -579,7 +579,7 @@ mod tests {
             // folder interns them).
             let names: Vec<Box<str>> = match round % 3 {
                 0 => chosen.iter().map(|&n| n.into()).collect(),
-                // None begins another: the stacks are sorted by their numbers (sort_keys) first.
+                // None begins another.
                 1 => ["a", "bb", "cx", "d(int)", "Main", "[k]", "é", "zz"].iter().map(|&n| n.into()).collect(),
                 _ => {
                     let letters = ['f', '1', ' ', ':', '<', 'é'];

@@ -68,8 +68,10 @@ impl<V> PerStack<V> {
     }
 }
 
-/// How many ids a [`ByFrameId`] table spans before it starts over.
-const FRAME_IDS_KEPT: usize = 1 << 16;
+/// How many ids a [`ByFrameId`] table spans before it starts over: ids go to every address the symbolizer names
+/// (two each, as leaf and as caller), tens of thousands in a large program; at most a few MB, allocated only as far
+/// as the ids seen reach.
+const FRAME_IDS_KEPT: usize = 1 << 18;
 
 /// Values by [`Frame::id`], in front of a map by the frame's names: the symbolizer hands ids out one after the
 /// other, so an id is an index in a table, not a key to hash (a lookup for every frame of every sample). In a long
