@@ -5,9 +5,8 @@
 //! waiting in a wall-clock one. The SVG keeps inferno's script: click to zoom, Ctrl+F or the
 //! Search button to highlight, and a `?s=<regex>` URL parameter that searches on load.
 
-use super::folded::{Folded, FoldedStack};
+use super::folded::{push_count, Folded, FoldedStack};
 use super::metadata_txt::Metadata;
-use super::script::{push_decimal, Pad};
 use super::Weight;
 use crate::symbolize::FrameKind;
 use anyhow::{bail, Context, Result};
@@ -347,13 +346,12 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
     // their sum stays narrow: inferno then reads them as one frame (named after the first), also left out, and the
     // frames it draws start and end where they did.
     let mut lines = Lines::default();
-    // The stacks cut into the line being made, and how wide its narrow frame is (from before its first stack too:
-    // inferno merges it with the frame of the line before where that has the same name).
-    let mut cut: Option<(&[u32], u64)> = None;
-    let mut cut_width = 0u64;
+    // The line being made of cut stacks: their frames, their count, and how wide its narrow frame is (from before
+    // its first stack too: inferno merges it with the frame of the line before where that has the same name).
+    let mut cut: Option<(&[u32], u64, u64)> = None;
     let mut time = 0u64;
-    let end_cut = |cut: Option<(&[u32], u64)>, lines: &mut Lines| {
-        if let Some((ids, count)) = cut {
+    let end_cut = |cut: Option<(&[u32], u64, u64)>, lines: &mut Lines| {
+        if let Some((ids, count, _)) = cut {
             for &id in ids {
                 lines.text.extend_from_slice(names[id as usize].as_bytes());
                 lines.text.push(b';');
@@ -373,13 +371,13 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
         let ids = &stack.ids()[..keep];
         let siblings = |before: &[u32]| before.len() == ids.len() && before[..keep - 1] == ids[..keep - 1];
         match &mut cut {
-            Some((before, sum)) if siblings(before) && narrow(cut_width.saturating_add(*count)) => {
+            Some((before, sum, width)) if siblings(before) && narrow(width.saturating_add(*count)) => {
                 *sum = sum.saturating_add(*count);
-                cut_width = cut_width.saturating_add(*count);
+                *width = width.saturating_add(*count);
             }
             _ => {
-                end_cut(cut.replace((ids, *count)), &mut lines);
-                cut_width = start.saturating_sub(narrow_start).saturating_add(*count);
+                let width = start.saturating_sub(narrow_start).saturating_add(*count);
+                end_cut(cut.replace((ids, *count, width)), &mut lines);
             }
         }
     }
@@ -413,12 +411,6 @@ fn push_line_tail(stack: &FoldedStack, count: u64, from: usize, out: &mut Vec<u8
         out.extend_from_slice(drawn_name(stack, depth).as_bytes());
     }
     push_count(out, count);
-}
-
-/// Appends a line's count: a space and the number.
-fn push_count(out: &mut Vec<u8>, count: u64) {
-    out.push(b' ');
-    push_decimal(out, count, 0, Pad::After);
 }
 
 /// A colour for a frame: the hue says the kind of code, a shade derived from the name tells neighbours apart and

@@ -77,6 +77,12 @@ impl std::fmt::Display for FoldedStack<'_> {
     }
 }
 
+/// Appends a folded line's count: a space and the number.
+pub(super) fn push_count(out: &mut Vec<u8>, count: u64) {
+    out.push(b' ');
+    push_decimal(out, count, 0, Pad::After);
+}
+
 /// Each name's place in the order of the texts a stack's frame can show: the name alone (the stack ends with it)
 /// and the name followed by `;` (the stack goes on). Names hold no `;` ([`super::names`] turns it into `:`), so two
 /// stacks' texts are in the order of these places at the first frame where the stacks differ, a name that begins
@@ -261,8 +267,7 @@ impl Folded {
                 }
                 out.extend_from_slice(self.names[id as usize].as_bytes());
             }
-            out.push(b' ');
-            push_decimal(&mut out, count, 0, Pad::After);
+            push_count(&mut out, count);
             out.push(b'\n');
             if out.len() >= piece {
                 write(&out, &echoes)?;

@@ -16,13 +16,13 @@ use std::sync::Arc;
 pub struct Chunk {
     /// The header lines and the stacks' own texts, one after the other, and the spans that describe the headers
     /// and the lines of the own texts.
-    pub text: Vec<u8>,
-    pub header_spans: Vec<Span>,
-    pub own_lines: Vec<RepeatedLine>,
+    text: Vec<u8>,
+    header_spans: Vec<Span>,
+    own_lines: Vec<RepeatedLine>,
     /// Per sample: its header's length in bytes and in spans, and its stack's text.
     samples: Vec<(u32, u32, StackAt)>,
     /// The shared stack texts of the chunk's samples, each once (one reference per chunk, not per sample).
-    pub stacks: Vec<Arc<StackText>>,
+    stacks: Vec<Arc<StackText>>,
     /// Where each stack text is in `stacks`, by its address.
     stack_index: FxHashMap<usize, u32>,
     /// Bytes of text in all.
@@ -60,9 +60,16 @@ impl Chunk {
         self.stack_bytes = 0;
     }
 
-    /// Appends a sample whose text (`len` bytes, its header's `header_spans` spans and its own stack text's
-    /// lines) was just appended, and whose stack text is `stack`.
-    fn push(&mut self, len: usize, header_spans: usize, stack: RenderedStack, own_lines: usize) {
+    /// How far its text, spans and own lines go: where the next sample's begin.
+    fn mark(&self) -> (usize, usize, usize) {
+        (self.text.len(), self.header_spans.len(), self.own_lines.len())
+    }
+
+    /// Appends a sample whose text, spans and own lines were just appended after `before` (a [`mark`](Self::mark)),
+    /// and whose stack text is `stack`.
+    fn push(&mut self, before: (usize, usize, usize), stack: RenderedStack) {
+        let (len, header_spans) = (self.text.len() - before.0, self.header_spans.len() - before.1);
+        let own_lines = self.own_lines.len() - before.2;
         let (header_len, at) = match stack {
             RenderedStack::Appended(own) => {
                 self.stack_bytes += own;
@@ -158,15 +165,13 @@ impl SampleSink {
 
     pub fn take(&mut self, sample: &mut ResolvedSample) -> Result<()> {
         let chunk = &mut self.chunk;
-        let before = (chunk.text.len(), chunk.header_spans.len(), chunk.own_lines.len());
+        let before = chunk.mark();
         let Some(stack) =
             self.profile.add(sample, &mut chunk.text, Some(&mut chunk.header_spans), &mut chunk.own_lines)
         else {
             return Ok(());
         };
-        let (len, spans, lines) =
-            (chunk.text.len() - before.0, chunk.header_spans.len() - before.1, chunk.own_lines.len() - before.2);
-        chunk.push(len, spans, stack, lines);
+        chunk.push(before, stack);
         if chunk.len >= CHUNK_BYTES || chunk.stack_bytes >= CHUNK_STACK_BYTES {
             self.send()?;
         }
