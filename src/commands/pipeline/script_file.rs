@@ -80,12 +80,17 @@ struct Earlier {
     len: u64,
     /// Bytes from its start known to be what this run writes; `u64::MAX` while it is still being compared.
     same_until: u64,
+    /// Where its bytes are read to be compared.
+    buffer: Vec<u8>,
 }
+
+/// Bytes of the earlier file read and compared at a time.
+const COMPARED_AT_ONCE: usize = 64 << 10;
 
 impl Earlier {
     fn of(file: &File) -> Earlier {
         let len = file.metadata().map_or(0, |m| m.len());
-        Earlier { len, same_until: if len > 0 { u64::MAX } else { 0 } }
+        Earlier { len, same_until: if len > 0 { u64::MAX } else { 0 }, buffer: vec![0; COMPARED_AT_ONCE] }
     }
 
     /// Whether the file holds `slices` at `at` already. At the first chunk that differs (or lies beyond its end),
@@ -98,7 +103,7 @@ impl Earlier {
         if chunk_len == 0 {
             return Ok(true);
         }
-        if at + chunk_len <= self.len && Self::compare(file, at, chunk_len, slices).unwrap_or(false) {
+        if at + chunk_len <= self.len && Self::compare(file, at, &mut self.buffer, slices).unwrap_or(false) {
             return Ok(true);
         }
         self.same_until = at;
@@ -107,24 +112,21 @@ impl Earlier {
         Ok(false)
     }
 
-    /// Whether bytes `at..at + len` of `file` are `slices`, read through a mapping of just them (a copy into a
-    /// buffer first cost half the time saved).
-    fn compare(file: &File, at: u64, len: u64, slices: &[IoSlice]) -> std::io::Result<bool> {
-        let page = crate::prefault::page_size() as u64;
-        let page_start = at - at % page;
-        // SAFETY: the file is this process's own: `SetAside::write_over` took it only as a plain file of this user
-        // with no other name, and renamed it into the staging folder. Only root or this user truncating it there
-        // while it is compared could end the run (SIGBUS, as for perf.data: docs/SECURITY.md). The range lies
-        // within the length it had when taken.
-        let map =
-            unsafe { memmap2::MmapOptions::new().offset(page_start).len((at + len - page_start) as usize).map(file)? };
-        let mut held = &map[(at - page_start) as usize..];
+    /// Whether `file` holds `slices` from `at` on, read a piece at a time into `buffer` (a piece small
+    /// enough to stay in the core's cache while it is compared). A mapping per chunk cost more: unmapping it
+    /// interrupts every core that runs one of this process's threads (a TLB shootdown).
+    fn compare(file: &File, at: u64, buffer: &mut [u8], slices: &[IoSlice]) -> std::io::Result<bool> {
+        use std::os::unix::fs::FileExt;
+        let mut at = at;
         for slice in slices {
-            let (here, rest) = held.split_at(slice.len());
-            if here != &slice[..] {
-                return Ok(false);
+            for piece in slice.chunks(buffer.len()) {
+                let held = &mut buffer[..piece.len()];
+                file.read_exact_at(held, at)?;
+                if held != piece {
+                    return Ok(false);
+                }
+                at += piece.len() as u64;
             }
-            held = rest;
         }
         Ok(true)
     }
