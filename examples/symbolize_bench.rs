@@ -68,7 +68,7 @@ fn main() -> anyhow::Result<()> {
     let mut leaves: HashMap<String, usize> = HashMap::new();
     for s in &samples {
         if let Some(f) = s.frames.first() {
-            *leaves.entry(format!("{} [{:?}] ({})", frame_label(f), f.kind, f.module)).or_default() += 1;
+            *leaves.entry(format!("{} [{:?}] ({})", frame_label(f), f.kind(), f.module())).or_default() += 1;
         }
     }
     let mut leaves: Vec<_> = leaves.into_iter().collect();
@@ -103,7 +103,7 @@ fn main() -> anyhow::Result<()> {
             s.event
         );
         for f in &s.frames {
-            println!("\t{:16x} {} ({})", f.addr, frame_label(f), f.module);
+            println!("\t{:16x} {} ({})", f.addr, frame_label(f), f.module());
         }
     }
     Ok(())

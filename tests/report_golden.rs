@@ -88,16 +88,7 @@ fn blank_symbols_are_named_by_module_and_offset_each() {
     // Two frames with the same blank symbol Arc but different offsets must not share a cached name.
     let blank: Option<Arc<str>> = Some(Arc::from("  "));
     let module: Arc<str> = Arc::from("/usr/lib/libx.so");
-    let frames = |offset| {
-        vec![Frame {
-            addr: 0x1000 + offset,
-            symbol: blank.clone(),
-            offset,
-            module: module.clone(),
-            kind: FrameKind::Native,
-            id: 0,
-        }]
-    };
+    let frames = |offset| vec![Frame::new(0x1000 + offset, blank.clone(), offset, module.clone(), FrameKind::Native)];
     let mut samples = golden_samples()[..1].to_vec();
     samples[0].frames = frames(0x10).into();
     samples.push(ResolvedSample { frames: frames(0x20).into(), ..samples[0].clone() });
@@ -118,11 +109,7 @@ fn folding_does_not_depend_on_sharing_of_names() {
             frames: s
                 .frames
                 .iter()
-                .map(|f| Frame {
-                    symbol: f.symbol.as_deref().map(Arc::from),
-                    module: Arc::from(&*f.module),
-                    ..f.clone()
-                })
+                .map(|f| Frame::new(f.addr, f.symbol().map(Arc::from), f.offset(), Arc::from(f.module()), f.kind()))
                 .collect(),
             ..s.clone()
         })

@@ -171,7 +171,7 @@ fn check_readers(samples: &[ResolvedSample], weight: Weight) {
         for (line, frame) in frames.iter().zip(&sample.frames) {
             assert!(line.starts_with('\t'), "{line:?}");
             let label = names::frame_label(frame);
-            let module = names::script_module(&frame.module);
+            let module = names::script_module(frame.module());
             assert_eq!(
                 perfview_frame(line),
                 (frame.addr, label.to_string(), module.to_string()),

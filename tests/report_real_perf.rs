@@ -47,14 +47,7 @@ fn parse(text: &str) -> Vec<ResolvedSample> {
                     m if m.starts_with("/tmp/perf-") => FrameKind::Jit,
                     _ => FrameKind::Native,
                 };
-                Frame {
-                    addr: u64::from_str_radix(addr, 16).unwrap(),
-                    symbol: Some(intern(symbol)),
-                    offset,
-                    module: intern(module),
-                    kind,
-                    id: 0,
-                }
+                Frame::new(u64::from_str_radix(addr, 16).unwrap(), Some(intern(symbol)), offset, intern(module), kind)
             })
             .collect();
         samples.push(ResolvedSample {
@@ -76,8 +69,8 @@ fn parse(text: &str) -> Vec<ResolvedSample> {
 fn our_folded_stacks_equal_inferno_on_perfs_own_output() {
     let samples = parse(DATA);
     assert_eq!(samples.len(), 131);
-    assert!(samples.iter().any(|s| s.frames.iter().any(|f| f.kind == FrameKind::Jit)));
-    assert!(samples.iter().any(|s| s.frames.iter().any(|f| f.kind == FrameKind::Kernel)));
+    assert!(samples.iter().any(|s| s.frames.iter().any(|f| f.kind() == FrameKind::Jit)));
+    assert!(samples.iter().any(|s| s.frames.iter().any(|f| f.kind() == FrameKind::Kernel)));
 
     let rendered = render_weighted(&samples, Weight::Period);
     let ours = rendered.folded();

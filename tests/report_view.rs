@@ -105,7 +105,7 @@ fn strip_tiers_merges_one_methods_tiers_everywhere() {
     assert_eq!(table.rows[0].name, "void [App] A::Run");
     assert_eq!(table.rows[0].samples, 2);
     // The unstripped input is untouched.
-    assert_eq!(samples[0].frames[0].symbol.as_deref(), Some("void [App] A::Run()[QuickJitted]"));
+    assert_eq!(samples[0].frames[0].symbol(), Some("void [App] A::Run()[QuickJitted]"));
 }
 
 #[test]

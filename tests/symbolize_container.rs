@@ -43,8 +43,8 @@ fn nspid_of(pid: u32) -> u32 {
 }
 
 fn jit_leaf_names(out: &Named, module: &str) -> (usize, usize) {
-    let jit: Vec<_> = out.samples.iter().map(|s| &s.frames[0]).filter(|f| f.kind == FrameKind::Jit).collect();
-    let named = jit.iter().filter(|f| f.symbol.is_some() && f.module.as_ref() == module).count();
+    let jit: Vec<_> = out.samples.iter().map(|s| &s.frames[0]).filter(|f| f.kind() == FrameKind::Jit).collect();
+    let named = jit.iter().filter(|f| f.symbol().is_some() && f.module() == module).count();
     (named, jit.len())
 }
 
@@ -97,7 +97,7 @@ fn jit_frames_of_an_app_in_its_own_namespaces_are_named_from_outside() {
     assert!(live
         .samples
         .iter()
-        .any(|s| s.frames[0].symbol.as_deref().is_some_and(|n| n.contains("Workload::SpinThreeQuarters"))));
+        .any(|s| s.frames[0].symbol().is_some_and(|n| n.contains("Workload::SpinThreeQuarters"))));
 
     // The container goes away (its tmpfs with it); the capture still names everything.
     app.kill();

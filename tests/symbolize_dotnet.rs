@@ -46,8 +46,8 @@ fn assert_spin_profile(out: &Named, map_module: &str) {
     let n = out.samples.len();
     // 999 Hz for 3 s gives ~1800 here (cpu-clock ticks at ~600 Hz on this VM); far fewer means a starved run.
     assert!(n >= 300, "only {n} samples in 3 s");
-    let jit: Vec<&ResolvedSample> = out.samples.iter().filter(|s| leaf(s).kind == FrameKind::Jit).collect();
-    let named = jit.iter().filter(|s| leaf(s).symbol.is_some() && leaf(s).module.as_ref() == map_module).count();
+    let jit: Vec<&ResolvedSample> = out.samples.iter().filter(|s| leaf(s).kind() == FrameKind::Jit).collect();
+    let named = jit.iter().filter(|s| leaf(s).symbol().is_some() && leaf(s).module() == map_module).count();
     assert!(jit.len() as f64 >= 0.8 * n as f64, "the workload is JIT code, but only {} of {n} leaves are", jit.len());
     assert!(
         named as f64 >= 0.9 * jit.len() as f64,
@@ -55,11 +55,10 @@ fn assert_spin_profile(out: &Named, map_module: &str) {
         jit.len(),
         out.stats
     );
-    let unknown = share(out, |s| leaf(s).kind == FrameKind::Unknown);
+    let unknown = share(out, |s| leaf(s).kind() == FrameKind::Unknown);
     assert!(unknown < 0.05, "{:.1}% of leaves in unknown code", unknown * 100.0);
 
-    let method =
-        |name: &'static str| move |s: &ResolvedSample| leaf(s).symbol.as_deref().is_some_and(|n| n.contains(name));
+    let method = |name: &'static str| move |s: &ResolvedSample| leaf(s).symbol().is_some_and(|n| n.contains(name));
     let three = share(out, method("Workload::SpinThreeQuarters(int32)"));
     let one = share(out, method("Workload::SpinOneQuarter(int32)"));
     assert!(three + one >= 0.9, "the two methods hold only {:.1}% of samples", (three + one) * 100.0);
@@ -74,7 +73,7 @@ fn assert_spin_profile(out: &Named, map_module: &str) {
     let main = out
         .samples
         .iter()
-        .filter(|s| s.frames.iter().any(|f| f.symbol.as_deref().is_some_and(|n| n.contains("Workload::<Main>"))))
+        .filter(|s| s.frames.iter().any(|f| f.symbol().is_some_and(|n| n.contains("Workload::<Main>"))))
         .count();
     assert!(main as f64 >= 0.8 * n as f64, "the calling lambda is named in only {main} of {n} stacks");
 }
@@ -108,7 +107,7 @@ fn jit_methods_are_named_from_the_perf_map_with_the_expected_shares() {
         .filter(|s| {
             s.frames
                 .iter()
-                .any(|f| f.symbol.as_deref() == Some("CallDescrWorkerInternal") && f.module.ends_with("/libcoreclr.so"))
+                .any(|f| f.symbol() == Some("CallDescrWorkerInternal") && f.module().ends_with("/libcoreclr.so"))
         })
         .count();
     assert!(coreclr as f64 >= 0.8 * out.samples.len() as f64, "coreclr caller named in {coreclr} stacks");
@@ -120,7 +119,7 @@ fn jit_methods_are_named_from_the_perf_map_with_the_expected_shares() {
             continue; // perf names no ReadyToRun code; we keep the module there
         }
         compared += 1;
-        agreed += (leaf(s).symbol.as_deref() == Some(theirs.as_str())) as usize;
+        agreed += (leaf(s).symbol() == Some(theirs.as_str())) as usize;
     }
     assert!(compared as f64 >= 0.9 * out.samples.len() as f64, "perf script matched only {compared} samples");
     assert!(agreed as f64 >= 0.97 * compared as f64, "perf and profcpu agree on {agreed} of {compared} leaves");
@@ -161,7 +160,7 @@ fn build_id(file: &Path) -> String {
 
 /// Names of the frames in `lib`, in sample order.
 fn frames_in<'a>(out: &'a Named, lib: &'a str) -> impl Iterator<Item = &'a profcpu::symbolize::Frame> + 'a {
-    out.samples.iter().flat_map(|s| s.frames.iter()).filter(move |f| f.module.as_ref() == lib)
+    out.samples.iter().flat_map(|s| s.frames.iter()).filter(move |f| f.module() == lib)
 }
 
 #[test]
@@ -206,28 +205,26 @@ fn stripped_coreclr_is_named_from_a_dotnet_symbol_debug_file() {
 
     let lib = lib.to_str().unwrap();
     let total = frames_in(&with_path, lib).count();
-    let leaves = with_path.samples.iter().filter(|s| leaf(s).module.as_ref() == lib).count();
+    let leaves = with_path.samples.iter().filter(|s| leaf(s).module() == lib).count();
     assert!(
         leaves as f64 >= 0.3 * with_path.samples.len() as f64,
         "the GC workload spent only {leaves} samples in coreclr"
     );
     for (how, out) in [("debuglink path", &with_path), ("build-id", &with_id)] {
-        let named = frames_in(out, lib).filter(|f| f.symbol.is_some()).count();
+        let named = frames_in(out, lib).filter(|f| f.symbol().is_some()).count();
         assert!(named as f64 >= 0.95 * total as f64, "{how}: {named} of {total} coreclr frames named");
-        let gc = frames_in(out, lib)
-            .filter(|f| f.symbol.as_deref().is_some_and(|n| n.starts_with("WKS::gc_heap::")))
-            .count();
+        let gc = frames_in(out, lib).filter(|f| f.symbol().is_some_and(|n| n.starts_with("WKS::gc_heap::"))).count();
         assert!(gc as f64 >= 0.2 * total as f64, "{how}: only {gc} of {total} coreclr frames in the GC");
-        assert!(frames_in(out, lib).all(|f| f.kind == FrameKind::Native));
+        assert!(frames_in(out, lib).all(|f| f.kind() == FrameKind::Native));
     }
     let names = |out: &Named| frames_in(out, lib).map(|f| frame_label(f).into_owned()).collect::<Vec<_>>();
     assert_eq!(names(&with_path), names(&with_id), "both layouts must find the same file");
     // Without the debug file only .dynsym is left (the decoy is rejected): the GC's internal functions stay unnamed.
     assert!(
-        frames_in(&plain, lib).all(|f| !f.symbol.as_deref().is_some_and(|n| n.contains("gc_heap"))),
+        frames_in(&plain, lib).all(|f| !f.symbol().is_some_and(|n| n.contains("gc_heap"))),
         "GC internals named without the debug file: the decoy was accepted or .symtab survived"
     );
-    let plain_named = frames_in(&plain, lib).filter(|f| f.symbol.is_some()).count();
+    let plain_named = frames_in(&plain, lib).filter(|f| f.symbol().is_some()).count();
     assert!(plain_named < total / 2, "{plain_named} of {total} named from .dynsym alone");
 }
 
@@ -283,7 +280,7 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     let all = |samples: &[ResolvedSample]| {
         samples
             .iter()
-            .map(|s| s.frames.iter().map(|f| (frame_label(f).into_owned(), f.kind)).collect::<Vec<_>>())
+            .map(|s| s.frames.iter().map(|f| (frame_label(f).into_owned(), f.kind())).collect::<Vec<_>>())
             .collect::<Vec<_>>()
     };
     assert_eq!(all(&offline.samples), all(&live));
@@ -292,12 +289,12 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
         .samples
         .iter()
         .flat_map(|s| &s.frames)
-        .filter(|f| f.kind == FrameKind::Native && f.symbol.is_some())
+        .filter(|f| f.kind() == FrameKind::Native && f.symbol().is_some())
         .count();
     assert!(named_native >= offline.samples.len(), "only {named_native} named native frames offline");
     let kernel: Vec<_> =
-        offline.samples.iter().flat_map(|s| &s.frames).filter(|f| f.kind == FrameKind::Kernel).collect();
-    let named_kernel = kernel.iter().filter(|f| f.symbol.is_some()).count();
+        offline.samples.iter().flat_map(|s| &s.frames).filter(|f| f.kind() == FrameKind::Kernel).collect();
+    let named_kernel = kernel.iter().filter(|f| f.symbol().is_some()).count();
     assert!(
         named_kernel as f64 >= 0.9 * kernel.len() as f64,
         "{named_kernel} of {} kernel frames named offline",

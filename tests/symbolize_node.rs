@@ -26,9 +26,7 @@ fn hot_share(out: &Named, dump: &str) -> f64 {
         .iter()
         .filter(|s| {
             let f = &s.frames[0];
-            f.kind == FrameKind::Jit
-                && f.module.as_ref() == dump
-                && f.symbol.as_deref().is_some_and(|n| n.contains(HOT))
+            f.kind() == FrameKind::Jit && f.module() == dump && f.symbol().is_some_and(|n| n.contains(HOT))
         })
         .count();
     hot as f64 / out.samples.len().max(1) as f64
@@ -76,9 +74,9 @@ fn hot_js_function_is_named_from_the_jitdump() {
     assert!(live.samples.len() >= 300, "only {} samples in 3 s", live.samples.len());
     let share = hot_share(&live, &dump);
     assert!(share >= 0.8, "{HOT} is the leaf of only {:.1}% of samples; stats {:?}", share * 100.0, live.stats);
-    let jit_leaves = live.samples.iter().filter(|s| s.frames[0].kind == FrameKind::Jit).count();
+    let jit_leaves = live.samples.iter().filter(|s| s.frames[0].kind() == FrameKind::Jit).count();
     let named =
-        live.samples.iter().filter(|s| s.frames[0].kind == FrameKind::Jit && s.frames[0].symbol.is_some()).count();
+        live.samples.iter().filter(|s| s.frames[0].kind() == FrameKind::Jit && s.frames[0].symbol().is_some()).count();
     assert!(named as f64 >= 0.9 * jit_leaves as f64, "{named} of {jit_leaves} JIT leaves named");
 
     // The dump disappears; the capture's copy (completed from the file it kept open) names the same frames.

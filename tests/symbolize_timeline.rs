@@ -209,11 +209,11 @@ fn recorded_state_over_time_names_every_frame() {
             "native_b"
         ]
     );
-    assert_eq!(s.frames[0].kind, FrameKind::Kernel);
-    assert_eq!((s.frames[0].addr, s.frames[0].offset), (0xffffffff81000010, 0x10));
-    assert_eq!(s.frames[2].module.as_ref(), "/tmp/perf-7.map", "perf map shown with the namespace PID");
-    assert_eq!((s.frames[3].addr, s.frames[3].offset, s.frames[3].kind), (0x400200, 0x100, FrameKind::Native));
-    assert_eq!(s.frames[4].offset, 0x50);
+    assert_eq!(s.frames[0].kind(), FrameKind::Kernel);
+    assert_eq!((s.frames[0].addr, s.frames[0].offset()), (0xffffffff81000010, 0x10));
+    assert_eq!(s.frames[2].module(), "/tmp/perf-7.map", "perf map shown with the namespace PID");
+    assert_eq!((s.frames[3].addr, s.frames[3].offset(), s.frames[3].kind()), (0x400200, 0x100, FrameKind::Native));
+    assert_eq!(s.frames[4].offset(), 0x50);
     assert_eq!(s.comm.as_ref(), "app");
     assert_eq!(s.event.as_ref(), "cpu-clock");
 
@@ -230,13 +230,13 @@ fn recorded_state_over_time_names_every_frame() {
             "Unmapped::Code()"
         ]
     );
-    let kinds: Vec<FrameKind> = s.frames.iter().map(|f| f.kind).collect();
+    let kinds: Vec<FrameKind> = s.frames.iter().map(|f| f.kind()).collect();
     assert_eq!(kinds, [FrameKind::Jit, FrameKind::Native, FrameKind::Unknown, FrameKind::Unknown, FrameKind::Jit]);
 
     // After the remap the same address is file-backed: the perf map no longer applies.
     let s = by_time(100, 100, 40);
     assert_eq!(names(s), ["other.so+0x10"]);
-    assert_eq!(s.frames[0].kind, FrameKind::Unknown);
+    assert_eq!(s.frames[0].kind(), FrameKind::Unknown);
 
     // A thread shares its process's mappings; its name follows the COMM records in time.
     assert_eq!(by_time(100, 101, 25).comm.as_ref(), "app");
@@ -247,7 +247,7 @@ fn recorded_state_over_time_names_every_frame() {
     // not its perf map; after exec it has none of them.
     let s = by_time(200, 200, 55);
     assert_eq!(names(s), ["native_b", "anon+0x1010"]);
-    assert_eq!((s.frames[1].kind, s.frames[1].module.as_ref()), (FrameKind::Jit, "//anon"));
+    assert_eq!((s.frames[1].kind(), s.frames[1].module()), (FrameKind::Jit, "//anon"));
     let s = by_time(200, 200, 65);
     assert_eq!(names(s), ["[unknown]+0x400250"]);
     assert_eq!(s.comm.as_ref(), "newprog");
@@ -255,7 +255,7 @@ fn recorded_state_over_time_names_every_frame() {
     // The jitdump names the same address by time.
     let s = by_time(300, 300, 150);
     assert_eq!(names(s), ["JS:*first"]);
-    assert_eq!(s.frames[0].module.as_ref(), "/work/jit-300.dump");
+    assert_eq!(s.frames[0].module(), "/work/jit-300.dump");
     assert_eq!(names(by_time(300, 300, 250)), ["JS:*second"]);
     // A sample without a callchain is its ip alone (0 here: nothing there).
     assert_eq!(names(by_time(300, 300, 260)), ["[unknown]+0x0"]);
@@ -398,7 +398,7 @@ fn offline_without_captured_files_keeps_modules() {
         ]
     );
     // The return address is shown as recorded; only the lookup used the byte before it.
-    assert_eq!((s.frames[1].addr, s.frames[1].offset), (0x400200, 0x1200));
+    assert_eq!((s.frames[1].addr, s.frames[1].offset()), (0x400200, 0x1200));
 }
 
 #[test]

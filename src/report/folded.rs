@@ -135,13 +135,13 @@ pub struct TimeByFrame {
 /// else the innermost user frame; for a kernel thread, the innermost kernel frame outside the scheduler.
 pub fn waiting_frame(frames: &[Frame]) -> Option<&Frame> {
     let real = |f: &&Frame| f.addr != 0;
-    let own_code = |f: &&Frame| match f.kind {
+    let own_code = |f: &&Frame| match f.kind() {
         FrameKind::Jit => true,
-        FrameKind::Native => !is_shared_library(&f.module),
+        FrameKind::Native => !is_shared_library(f.module()),
         _ => false,
     };
     let scheduler = |f: &&Frame| {
-        let name = f.symbol.as_deref().unwrap_or("");
+        let name = f.symbol().unwrap_or("");
         ["schedule", "__schedule", "preempt_schedule", "io_schedule", "finish_task_switch"]
             .iter()
             .any(|s| name.starts_with(s))
@@ -150,7 +150,7 @@ pub fn waiting_frame(frames: &[Frame]) -> Option<&Frame> {
         .iter()
         .filter(real)
         .find(own_code)
-        .or_else(|| frames.iter().filter(real).find(|f| f.kind != FrameKind::Kernel))
+        .or_else(|| frames.iter().filter(real).find(|f| f.kind() != FrameKind::Kernel))
         .or_else(|| frames.iter().filter(real).find(|f| !scheduler(f)))
         .or_else(|| frames.iter().find(real))
 }

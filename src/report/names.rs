@@ -28,19 +28,16 @@ use std::borrow::Cow;
 pub fn is_named(frame: &Frame) -> bool {
     // Asked for every frame of every sample: a symbol that starts with a visible ASCII character is the answer
     // without trimming it.
-    frame
-        .symbol
-        .as_deref()
-        .is_some_and(|s| s.as_bytes().first().is_some_and(u8::is_ascii_graphic) || !s.trim().is_empty())
+    frame.symbol().is_some_and(|s| s.as_bytes().first().is_some_and(u8::is_ascii_graphic) || !s.trim().is_empty())
 }
 
 /// The label of a frame: its trimmed symbol, or `<module basename>+0x<offset>` when it has none.
 pub fn frame_label(frame: &Frame) -> Cow<'_, str> {
-    match frame.symbol.as_deref().map(str::trim) {
+    match frame.symbol().map(str::trim) {
         Some(symbol) if !symbol.is_empty() => without_controls(symbol),
         _ => {
-            let module = script_module(&frame.module);
-            Cow::Owned(format!("{}+{:#x}", basename(&module), frame.offset))
+            let module = script_module(frame.module());
+            Cow::Owned(format!("{}+{:#x}", basename(&module), frame.offset()))
         }
     }
 }
@@ -332,16 +329,12 @@ mod tests {
     #[test]
     fn unnamed_frames_get_module_and_offset() {
         use crate::symbolize::FrameKind;
-        let frame = Frame {
-            addr: 0x7f00_0045_5d12,
-            symbol: None,
-            offset: 0x455d12,
-            module: "/usr/share/dotnet/System.Private.CoreLib.dll".into(),
-            kind: FrameKind::Unknown,
-            id: 0,
-        };
+        let (addr, offset) = (0x7f00_0045_5d12, 0x455d12);
+        let frame =
+            Frame::new(addr, None, offset, "/usr/share/dotnet/System.Private.CoreLib.dll".into(), FrameKind::Unknown);
         assert_eq!(frame_label(&frame), "System.Private.CoreLib.dll+0x455d12");
-        let blank = Frame { symbol: Some(" ".into()), module: "/memfd:doublemapper (deleted)".into(), ..frame };
+        let blank =
+            Frame::new(addr, Some(" ".into()), offset, "/memfd:doublemapper (deleted)".into(), FrameKind::Unknown);
         assert_eq!(frame_label(&blank), "memfd:doublemapper+0x455d12");
         assert_eq!(script_module("/a b/c(1)"), "/a_b/c_1_");
     }

@@ -269,7 +269,7 @@ impl LineWriter {
 
     /// The index of a frame's line, rendered on first sight.
     fn line(&mut self, frame: &Frame) -> u32 {
-        let key = (frame_key(frame), frame.addr, frame.offset);
+        let key = (frame_key(frame), frame.addr, frame.offset());
         if let Some(&i) = self.line_index.get(&key) {
             return i;
         }
@@ -285,10 +285,10 @@ impl LineWriter {
         let index = match self.frame_ids.get(&key) {
             Some(&i) => i,
             None => {
-                if let Some(symbol) = &frame.symbol {
+                if let Some(symbol) = frame.shared_symbol() {
                     self.keep.identity(symbol);
                 }
-                self.keep.identity(&frame.module);
+                self.keep.identity(frame.shared_module());
                 let i = self.frames.len() as u32;
                 self.frames.push(frame_text(frame));
                 self.frame_ids.insert(key, i);
@@ -296,7 +296,7 @@ impl LineWriter {
             }
         };
         let ft = &self.frames[index as usize];
-        let offset = if ft.named { frame.offset } else { 0 };
+        let offset = if ft.named { frame.offset() } else { 0 };
         let mut text = Vec::with_capacity(ft.label.len() + ft.module.len() + 48);
         text.push(b'\t');
         push_address(&mut text, frame.addr);
@@ -427,16 +427,16 @@ const DIGITS: &[u8; 16] = b"0123456789abcdef";
 
 fn frame_key(frame: &Frame) -> FrameKey {
     FrameKey {
-        symbol: frame.symbol.as_ref().map(arc_identity).unwrap_or((0, 0)),
-        module: arc_identity(&frame.module),
-        unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset },
+        symbol: frame.shared_symbol().map(arc_identity).unwrap_or((0, 0)),
+        module: arc_identity(frame.shared_module()),
+        unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset() },
     }
 }
 
 fn frame_text(frame: &Frame) -> FrameText {
     FrameText {
         label: names::frame_label(frame).into(),
-        module: names::script_module(&frame.module).into(),
+        module: names::script_module(frame.module()).into(),
         named: names::is_named(frame),
     }
 }

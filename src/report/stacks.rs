@@ -249,30 +249,30 @@ impl StackNamer {
 
     fn frame_by_key(&mut self, frame: &Frame, java_thread: bool) -> (u32, u32) {
         let key = FrameKey {
-            symbol: frame.symbol.as_ref().map(arc_identity).unwrap_or((0, 0)),
-            module: arc_identity(&frame.module),
-            unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset },
+            symbol: frame.shared_symbol().map(arc_identity).unwrap_or((0, 0)),
+            module: arc_identity(frame.shared_module()),
+            unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset() },
             java_thread,
         };
         if let Some(range) = self.frames.get(&key) {
             return *range;
         }
         let label = names::frame_label(frame);
-        let module = names::script_module(&frame.module);
+        let module = names::script_module(frame.module());
         let mut pieces = std::mem::take(&mut self.scratch);
         pieces.clear();
         names::push_folded_names(&label, &module, java_thread, &mut pieces);
         let start = self.frame_ids.len() as u32;
         for piece in &pieces {
-            let id = self.intern(piece, Some(frame.kind));
+            let id = self.intern(piece, Some(frame.kind()));
             self.frame_ids.push(id);
         }
         self.scratch = pieces;
         let range = (start, self.frame_ids.len() as u32 - start);
-        if let Some(symbol) = &frame.symbol {
+        if let Some(symbol) = frame.shared_symbol() {
             self.keep.identity(symbol);
         }
-        self.keep.identity(&frame.module);
+        self.keep.identity(frame.shared_module());
         self.frames.insert(key, range);
         range
     }

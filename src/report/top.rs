@@ -147,7 +147,7 @@ mod tests {
     use std::sync::Arc;
 
     fn frame(name: &str, module: &str, kind: FrameKind) -> Frame {
-        Frame { addr: 0x1000, symbol: Some(Arc::from(name)), offset: 0, module: Arc::from(module), kind, id: 0 }
+        Frame::new(0x1000, Some(Arc::from(name)), 0, Arc::from(module), kind)
     }
 
     fn sample(frames: Vec<Frame>, micros: u64, off_cpu: Option<OffCpuState>) -> ResolvedSample {

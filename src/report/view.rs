@@ -81,14 +81,14 @@ impl Viewer {
     fn frames(&mut self, frames: &[Frame]) -> Option<Vec<Frame>> {
         let mut frames = frames.to_vec();
         if self.view.no_kernel {
-            frames.retain(|f| f.kind != FrameKind::Kernel);
+            frames.retain(|f| f.kind() != FrameKind::Kernel);
             if frames.is_empty() {
                 return None;
             }
         }
         if self.view.strip_tiers {
             for frame in &mut frames {
-                let Some(symbol) = &frame.symbol else { continue };
+                let Some(symbol) = frame.shared_symbol() else { continue };
                 let replacement = match self.stripped.get(&arc_identity(symbol)) {
                     Some(r) => r.clone(),
                     None => {
@@ -100,7 +100,7 @@ impl Viewer {
                     }
                 };
                 if let Some(bare) = replacement {
-                    frame.symbol = Some(bare);
+                    *frame = frame.renamed(bare);
                 }
             }
         }

@@ -71,30 +71,102 @@ pub enum FrameKind {
     Unknown,
 }
 
-/// One resolved stack frame.
-#[derive(Debug, Clone)]
-pub struct Frame {
-    pub addr: u64,
+/// What names every address of one code range: a resolved frame minus its address. The frames of a range share
+/// one (a frame is its address, a reference to this and an id: 24 bytes, one reference count to keep).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FrameName {
     /// Symbol name, or `None` when only the module is known.
     pub symbol: Option<Arc<str>>,
-    /// Offset of `addr` from the symbol's start. Without a symbol: the offset in the module of the start of the
-    /// function holding `addr` when its bounds are known (every address of an unnamed function shows the same
-    /// offset, so it is one frame), else of `addr` itself.
-    pub offset: u64,
     /// Module path or name as perf prints it (`/usr/lib/libc.so.6`, `[kernel.kallsyms]`, `[unknown]`,
     /// `/tmp/perf-1.map`).
     pub module: Arc<str>,
     pub kind: FrameKind,
+    /// Where the symbol starts: a frame's offset is `addr - base`.
+    pub base: u64,
+    /// For code of an unnamed function: the offset every address of it shows, the function's start in the module
+    /// (so the whole function is one frame, `module+0x<start>`).
+    pub unnamed_function: Option<u64>,
+}
+
+/// One resolved stack frame.
+#[derive(Clone)]
+pub struct Frame {
+    pub addr: u64,
+    name: Arc<FrameName>,
     /// Frames with the same non-zero id are the same frame (address, names, module): the symbolizer gives one to
     /// each distinct frame it names from its cache, so that later stages work a frame out once and find it again by
     /// a number. 0: none (compare the frame itself). Not part of a frame's equality.
     pub id: u64,
 }
 
+const _: () = assert!(std::mem::size_of::<Frame>() == 24, "a frame takes 24 bytes: a million of them pass by");
+
 impl Frame {
+    /// The frame at `addr` of `symbol` (`None`: unnamed) at `offset` from its start, in `module`; without an id.
+    pub fn new(addr: u64, symbol: Option<Arc<str>>, offset: u64, module: Arc<str>, kind: FrameKind) -> Frame {
+        let name = FrameName { symbol, module, kind, base: addr.wrapping_sub(offset), unnamed_function: None };
+        Frame { addr, name: Arc::new(name), id: 0 }
+    }
+
+    /// The frame at `addr` of the range `name` names, with [`id`](Self::id) `id`.
+    pub fn in_range(addr: u64, name: &Arc<FrameName>, id: u64) -> Frame {
+        Frame { addr, name: name.clone(), id }
+    }
+
+    /// Symbol name, or `None` when only the module is known.
+    pub fn symbol(&self) -> Option<&str> {
+        self.name.symbol.as_deref()
+    }
+
+    /// The symbol name as shared by the frames that show it (its identity tells names apart without reading them).
+    pub fn shared_symbol(&self) -> Option<&Arc<str>> {
+        self.name.symbol.as_ref()
+    }
+
+    /// Module path or name as perf prints it (`/usr/lib/libc.so.6`, `[kernel.kallsyms]`, `[unknown]`,
+    /// `/tmp/perf-1.map`).
+    pub fn module(&self) -> &str {
+        &self.name.module
+    }
+
+    /// The module name as shared by the frames that show it.
+    pub fn shared_module(&self) -> &Arc<str> {
+        &self.name.module
+    }
+
+    pub fn kind(&self) -> FrameKind {
+        self.name.kind
+    }
+
+    /// Offset of `addr` from the symbol's start. Without a symbol: the offset in the module of the start of the
+    /// function holding `addr` when its bounds are known (every address of an unnamed function shows the same
+    /// offset, so it is one frame), else of `addr` itself.
+    pub fn offset(&self) -> u64 {
+        self.name.unnamed_function.unwrap_or_else(|| self.addr.wrapping_sub(self.name.base))
+    }
+
+    /// The same frame named `symbol` instead, keeping its id (a frame renamed the same way wherever it shows).
+    pub fn renamed(&self, symbol: Arc<str>) -> Frame {
+        let name = FrameName { symbol: Some(symbol), ..FrameName::clone(&self.name) };
+        Frame { addr: self.addr, name: Arc::new(name), id: self.id }
+    }
+
     /// The same frame, but for its id: what a frame is, for equality and hashing.
-    fn identity(&self) -> (u64, &Option<Arc<str>>, u64, &Arc<str>, FrameKind) {
-        (self.addr, &self.symbol, self.offset, &self.module, self.kind)
+    fn identity(&self) -> (u64, Option<&str>, u64, &str, FrameKind) {
+        (self.addr, self.symbol(), self.offset(), self.module(), self.kind())
+    }
+}
+
+impl std::fmt::Debug for Frame {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frame")
+            .field("addr", &self.addr)
+            .field("symbol", &self.symbol())
+            .field("offset", &self.offset())
+            .field("module", &self.module())
+            .field("kind", &self.kind())
+            .field("id", &self.id)
+            .finish()
     }
 }
 

@@ -13,7 +13,7 @@ use super::symbols_dir::Usage;
 use super::unwind::{
     CfiFiles, CodeModule, JitFrame, LiveFile, ModuleSource, StackWalker, UnwindStats, UserRegs, WalkEnd,
 };
-use super::{Frame, FrameKind, OffCpuState, ResolvedSample, Stack, RUNNABLE_FRAME};
+use super::{Frame, FrameKind, FrameName, OffCpuState, ResolvedSample, Stack, RUNNABLE_FRAME};
 use crate::perf_data::abi::{CONTEXT_GUEST_KERNEL, CONTEXT_GUEST_USER, CONTEXT_HV, CONTEXT_KERNEL, CONTEXT_MAX};
 use crate::perf_data::abi::{CONTEXT_USER, MISC_CPUMODE_MASK, MISC_KERNEL};
 use crate::perf_data::abi::{REGS_ABI_64, REG_X86_BP, REG_X86_IP, REG_X86_SP};
@@ -57,36 +57,21 @@ pub struct SymbolizeStats {
     pub switch_outs: u64,
 }
 
-/// What names every address of one code range: a resolved frame minus its address (what the cache stores;
-/// `offset = addr - base`).
-#[derive(Debug, Clone)]
-struct RangeName {
-    symbol: Option<Arc<str>>,
-    base: u64,
-    module: Arc<str>,
-    kind: FrameKind,
-    /// For code of an unnamed function: the offset every address of it shows, the function's start in the module
-    /// (so the whole function is one frame, `module+0x<start>`).
-    unnamed_function: Option<u64>,
-}
-
-impl RangeName {
-    /// The frame at `addr`, with [`Frame::id`] `id`.
-    fn frame(&self, addr: u64, id: u64) -> Frame {
-        Frame {
-            addr,
-            symbol: self.symbol.clone(),
-            offset: self.unnamed_function.unwrap_or_else(|| addr.wrapping_sub(self.base)),
-            module: self.module.clone(),
-            kind: self.kind,
-            id,
-        }
-    }
+/// The name of a frame that stands for no code: where a walk stopped, a runnable thread's stack.
+fn marker_frame(name: &str) -> Arc<FrameName> {
+    let module = Arc::from("[unknown]");
+    Arc::new(FrameName {
+        symbol: Some(Arc::from(name)),
+        module,
+        kind: FrameKind::Unknown,
+        base: 0,
+        unnamed_function: None,
+    })
 }
 
 /// A cached name, and whether its address is JIT code (named from the jitdump first, whose names change over time).
 struct CachedName {
-    name: RangeName,
+    name: Arc<FrameName>,
     jit_code: bool,
     /// The [`Frame::id`] of the frame it names at its address as a leaf; one more as a caller (whose address is one
     /// past the byte looked up).
@@ -94,7 +79,7 @@ struct CachedName {
 }
 
 impl CachedName {
-    fn new(name: RangeName, jit_code: bool) -> CachedName {
+    fn new(name: Arc<FrameName>, jit_code: bool) -> CachedName {
         // Unique in the process, so no two frames ever share one (every symbolizer of a test run included).
         static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(2);
         let id = NEXT_ID.fetch_add(2, std::sync::atomic::Ordering::Relaxed);
@@ -109,7 +94,7 @@ impl CachedName {
             (false, 0) => 0,
             (false, _) => self.id + 1,
         };
-        self.name.frame(addr, id)
+        Frame::in_range(addr, &self.name, id)
     }
 }
 
@@ -200,7 +185,7 @@ impl FrameCounts {
     fn of(frames: &[Frame]) -> FrameCounts {
         let mut n = FrameCounts::default();
         for f in frames {
-            match (f.kind, f.symbol.is_some()) {
+            match (f.kind(), f.symbol().is_some()) {
                 (FrameKind::Kernel, _) => n.kernel += 1,
                 (FrameKind::Native, true) => n.native_named += 1,
                 (FrameKind::Native, false) => n.native_unnamed += 1,
@@ -274,8 +259,12 @@ pub struct Symbolizer {
     kernel_module: Arc<str>,
     unknown_module: Arc<str>,
     hidden_kernel: Arc<str>,
-    unwind_stopped: Arc<str>,
-    runnable: Arc<str>,
+    /// The marker frames where a walk stopped and atop a runnable thread's stack.
+    unwind_stopped: Arc<FrameName>,
+    runnable: Arc<FrameName>,
+    /// JIT code's names from the jitdump, by the address of the name its entry shares and its start (the name,
+    /// held here, keeps that address its own).
+    jit_names: FxHashMap<(usize, u64), Arc<FrameName>>,
     walker: StackWalker,
     cfi: CfiFiles,
     ignore_stack_copies: bool,
@@ -303,8 +292,9 @@ impl Symbolizer {
             kernel_module: Arc::from(KERNEL_MODULE),
             unknown_module: Arc::from("[unknown]"),
             hidden_kernel: Arc::from("[kernel]"),
-            unwind_stopped: Arc::from(UNWIND_STOPPED_NAME),
-            runnable: Arc::from(RUNNABLE_FRAME),
+            unwind_stopped: marker_frame(UNWIND_STOPPED_NAME),
+            runnable: marker_frame(RUNNABLE_FRAME),
+            jit_names: FxHashMap::default(),
             walker: StackWalker::default(),
             cfi: CfiFiles::new(opts.captured_dir.as_ref()),
             ignore_stack_copies: opts.ignore_stack_copies,
@@ -353,6 +343,7 @@ impl Symbolizer {
     pub(crate) fn reload_jit_files(&mut self) {
         self.sources.forget_jit_files();
         self.cache.clear();
+        self.jit_names.clear();
         self.walker.forget_walks();
         self.stacks.clear();
         self.stack_cache_frames = 0;
@@ -833,12 +824,7 @@ impl Symbolizer {
                 let mut steady = 0..u64::MAX;
                 let mut frames = self.resolve_frames(s, space, callchain, &mut steady);
                 if off_cpu == Some(OffCpuState::Runnable) {
-                    let marker = Some(self.runnable.clone());
-                    let module = self.unknown_module.clone();
-                    frames.insert(
-                        0,
-                        Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown, id: 0 },
-                    );
+                    frames.insert(0, Frame::in_range(0, &self.runnable, 0));
                 }
                 let counts = FrameCounts::of(&frames);
                 self.stats.count(&counts);
@@ -895,9 +881,7 @@ impl Symbolizer {
             let mut leaf = true;
             for &entry in callchain {
                 if entry == UNWIND_STOPPED {
-                    let marker = Some(self.unwind_stopped.clone());
-                    let module = self.unknown_module.clone();
-                    frames.push(Frame { addr: 0, symbol: marker, offset: 0, module, kind: FrameKind::Unknown, id: 0 });
+                    frames.push(Frame::in_range(0, &self.unwind_stopped, 0));
                     continue;
                 }
                 if entry >= CONTEXT_MAX {
@@ -946,7 +930,7 @@ impl Symbolizer {
             if let Some(t) = self.cache.get(&key) {
                 return t.frame(addr, true);
             }
-            let cached = CachedName::new(self.kernel_name(addr), false);
+            let cached = CachedName::new(Arc::new(self.kernel_name(addr)), false);
             let frame = cached.frame(addr, true);
             self.cache.insert(key, cached);
             return frame;
@@ -966,8 +950,8 @@ impl Symbolizer {
             }
         };
         if jit_code {
-            if let Some(t) = self.jitdump_name(pid, lookup, time, steady) {
-                return t.frame(addr, 0);
+            if let Some(name) = self.jitdump_name(pid, lookup, time, steady) {
+                return Frame::in_range(addr, &name, 0);
             }
         }
         if let Some(t) = self.cache.get(&key) {
@@ -975,14 +959,14 @@ impl Symbolizer {
         }
         // Only a first sight of this address needs the mapping itself.
         let mapping = self.processes.get(pid).and_then(|p| p.space.find(lookup).cloned());
-        let cached = CachedName::new(self.user_name(pid, lookup, mapping.as_ref()), jit_code);
+        let cached = CachedName::new(Arc::new(self.user_name(pid, lookup, mapping.as_ref())), jit_code);
         let frame = cached.frame(addr, leaf);
         self.cache.insert(key, cached);
         frame
     }
 
-    fn kernel_name(&mut self, addr: u64) -> RangeName {
-        let unnamed = RangeName {
+    fn kernel_name(&mut self, addr: u64) -> FrameName {
+        let unnamed = FrameName {
             symbol: None,
             base: 0,
             module: self.kernel_module.clone(),
@@ -994,13 +978,13 @@ impl Symbolizer {
             if let Some(u) = &mut self.usage {
                 u.kernel_hidden = true;
             }
-            return RangeName { symbol: Some(self.hidden_kernel.clone()), base: addr, ..unnamed };
+            return FrameName { symbol: Some(self.hidden_kernel.clone()), base: addr, ..unnamed };
         }
         let Some(symbol) = k.lookup(addr) else { return unnamed };
         if let Some(u) = &mut self.usage {
             u.kernel.insert(symbol.start, (symbol.end, symbol.name.clone(), symbol.module.clone()));
         }
-        RangeName {
+        FrameName {
             symbol: Some(symbol.name),
             base: symbol.start,
             module: symbol.module,
@@ -1009,10 +993,10 @@ impl Symbolizer {
         }
     }
 
-    fn user_name(&mut self, pid: u32, lookup: u64, mapping: Option<&Mapping>) -> RangeName {
+    fn user_name(&mut self, pid: u32, lookup: u64, mapping: Option<&Mapping>) -> FrameName {
         let Some(m) = mapping else {
             // perf names JIT code even when its mapping was never recorded.
-            return self.perf_map_name(pid, lookup).unwrap_or(RangeName {
+            return self.perf_map_name(pid, lookup).unwrap_or(FrameName {
                 symbol: None,
                 base: 0,
                 module: self.unknown_module.clone(),
@@ -1023,7 +1007,7 @@ impl Symbolizer {
         let module_base = m.start.wrapping_sub(m.pgoff);
         let module = m.file.path.clone();
         match m.kind {
-            MapKind::Jit => self.perf_map_name(pid, lookup).unwrap_or(RangeName {
+            MapKind::Jit => self.perf_map_name(pid, lookup).unwrap_or(FrameName {
                 symbol: None,
                 base: module_base,
                 module,
@@ -1037,26 +1021,26 @@ impl Symbolizer {
                     u.note_file(&m.file, &dso, &hit);
                 }
                 let kind = dso.frame_kind();
-                let unnamed = RangeName { symbol: None, base: module_base, module, kind, unnamed_function: None };
+                let unnamed = FrameName { symbol: None, base: module_base, module, kind, unnamed_function: None };
                 match hit {
                     FileHit::Symbol { start, name, .. } => {
-                        RangeName { symbol: Some(name), base: module_base.wrapping_add(start), ..unnamed }
+                        FrameName { symbol: Some(name), base: module_base.wrapping_add(start), ..unnamed }
                     }
-                    FileHit::Function { start, .. } => RangeName { unnamed_function: Some(start), ..unnamed },
+                    FileHit::Function { start, .. } => FrameName { unnamed_function: Some(start), ..unnamed },
                     FileHit::Nothing => unnamed,
                 }
             }
             MapKind::Special | MapKind::JitDumpFile => {
-                RangeName { symbol: None, base: module_base, module, kind: FrameKind::Unknown, unnamed_function: None }
+                FrameName { symbol: None, base: module_base, module, kind: FrameKind::Unknown, unnamed_function: None }
             }
         }
     }
 
-    fn perf_map_name(&mut self, pid: u32, addr: u64) -> Option<RangeName> {
+    fn perf_map_name(&mut self, pid: u32, addr: u64) -> Option<FrameName> {
         let loaded = self.sources.perf_map(pid, &self.processes)?;
         let (module, map) = &*loaded;
         let r = map.symbols.lookup(addr)?;
-        Some(RangeName {
+        Some(FrameName {
             symbol: Some(r.value.clone()),
             base: r.start,
             module: module.clone(),
@@ -1065,19 +1049,23 @@ impl Symbolizer {
         })
     }
 
-    fn jitdump_name(&mut self, pid: u32, addr: u64, time: u64, steady: &mut Range<u64>) -> Option<RangeName> {
+    fn jitdump_name(&mut self, pid: u32, addr: u64, time: u64, steady: &mut Range<u64>) -> Option<Arc<FrameName>> {
         let loaded = self.sources.jitdump(pid, &self.processes)?;
         let (module, dump) = &*loaded;
         let (code, code_steady) = dump.lookup_steady(addr, time);
         *steady = steady.start.max(code_steady.start)..steady.end.min(code_steady.end);
         let code = code?;
-        Some(RangeName {
-            symbol: Some(code.name.clone()),
-            base: code.start,
-            module: module.clone(),
-            kind: FrameKind::Jit,
-            unnamed_function: None,
-        })
+        let key = (Arc::as_ptr(&code.name) as *const u8 as usize, code.start);
+        let name = self.jit_names.entry(key).or_insert_with(|| {
+            Arc::new(FrameName {
+                symbol: Some(code.name.clone()),
+                base: code.start,
+                module: module.clone(),
+                kind: FrameKind::Jit,
+                unnamed_function: None,
+            })
+        });
+        Some(name.clone())
     }
 
     fn warn(&mut self, msg: String) {

@@ -5,7 +5,7 @@ use profcpu::symbolize::{Frame, FrameKind, ResolvedSample};
 use std::sync::Arc;
 
 pub fn frame(symbol: Option<&str>, module: &str, kind: FrameKind, addr: u64, offset: u64) -> Frame {
-    Frame { addr, symbol: symbol.map(Arc::from), offset, module: Arc::from(module), kind, id: 0 }
+    Frame::new(addr, symbol.map(Arc::from), offset, Arc::from(module), kind)
 }
 
 pub fn jit(symbol: &str, addr: u64) -> Frame {
@@ -230,14 +230,15 @@ pub fn hostile_samples(count: u64) -> Vec<ResolvedSample> {
                     0 => None,
                     _ => Some((0..1 + rng.next_u64() % 6).map(|_| rng.pick(&pieces)).collect::<String>()),
                 };
-                Frame {
-                    addr: rng.next_u64() >> 16,
-                    symbol: symbol.map(Arc::from),
-                    offset: rng.next_u64() % 0x10000,
-                    module: Arc::from(rng.pick(&modules)),
-                    kind: kinds[(rng.next_u64() % 4) as usize],
-                    id: 0,
-                }
+                let addr = rng.next_u64() >> 16;
+                let offset = rng.next_u64() % 0x10000;
+                Frame::new(
+                    addr,
+                    symbol.map(Arc::from),
+                    offset,
+                    Arc::from(rng.pick(&modules)),
+                    kinds[(rng.next_u64() % 4) as usize],
+                )
             })
             .collect();
         samples.push(ResolvedSample {

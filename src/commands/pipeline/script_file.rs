@@ -234,13 +234,14 @@ mod tests {
         let mut next = move |n: u64| rng.below(n as usize) as u64;
         let names: Vec<Arc<str>> = (0..60).map(|i| Arc::from(format!("Namespace.Type{i}::Method{i}(int32)"))).collect();
         let modules: Vec<Arc<str>> = (0..4).map(|i| Arc::from(format!("/usr/lib/lib{i}.so"))).collect();
-        let frame = |name: usize, addr: u64| Frame {
-            addr: 0x7f00_0000_0000 + name as u64 * 0x1000 + addr,
-            symbol: (name % 7 != 0).then(|| names[name].clone()),
-            offset: addr,
-            module: modules[name % modules.len()].clone(),
-            kind: FrameKind::Native,
-            id: 0,
+        let frame = |name: usize, addr: u64| {
+            Frame::new(
+                0x7f00_0000_0000 + name as u64 * 0x1000 + addr,
+                (name % 7 != 0).then(|| names[name].clone()),
+                addr,
+                modules[name % modules.len()].clone(),
+                FrameKind::Native,
+            )
         };
         // 300 stacks over 20 call paths: shared tails, leaves at a few addresses, depths 0 to 120.
         let paths: Vec<Vec<usize>> =
