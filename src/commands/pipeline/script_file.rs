@@ -80,17 +80,20 @@ struct Earlier {
     len: u64,
     /// Bytes from its start known to be what this run writes; `u64::MAX` while it is still being compared.
     same_until: u64,
-    /// Where its bytes are read to be compared.
-    buffer: Vec<u8>,
+    /// The part of it mapped to be compared, and where that part starts.
+    window: Option<(u64, memmap2::Mmap)>,
 }
 
-/// Bytes of the earlier file read and compared at a time.
-const COMPARED_AT_ONCE: usize = 64 << 10;
+/// How much of the earlier file is mapped at a time. Unmapping interrupts every other core that runs one of this
+/// process's threads (a TLB shootdown), so not a mapping per chunk (chunks of distinct stacks are small); reading
+/// the bytes into a buffer instead cost a third more than writing them anew. A mapped window counts towards the
+/// peak RSS.
+const WINDOW_BYTES: u64 = 2 << 20;
 
 impl Earlier {
     fn of(file: &File) -> Earlier {
         let len = file.metadata().map_or(0, |m| m.len());
-        Earlier { len, same_until: if len > 0 { u64::MAX } else { 0 }, buffer: vec![0; COMPARED_AT_ONCE] }
+        Earlier { len, same_until: if len > 0 { u64::MAX } else { 0 }, window: None }
     }
 
     /// Whether the file holds `slices` at `at` already. At the first chunk that differs (or lies beyond its end),
@@ -103,32 +106,53 @@ impl Earlier {
         if chunk_len == 0 {
             return Ok(true);
         }
-        if at + chunk_len <= self.len && Self::compare(file, at, &mut self.buffer, slices).unwrap_or(false) {
+        if at + chunk_len <= self.len && self.compare(file, at, slices).unwrap_or(false) {
             return Ok(true);
         }
         self.same_until = at;
+        self.window = None;
         let mut file = file;
         file.seek(SeekFrom::Start(at))?;
         Ok(false)
     }
 
-    /// Whether `file` holds `slices` from `at` on, read a piece at a time into `buffer` (a piece small
-    /// enough to stay in the core's cache while it is compared). A mapping per chunk cost more: unmapping it
-    /// interrupts every core that runs one of this process's threads (a TLB shootdown).
-    fn compare(file: &File, at: u64, buffer: &mut [u8], slices: &[IoSlice]) -> std::io::Result<bool> {
-        use std::os::unix::fs::FileExt;
+    /// Whether `file` holds `slices` from `at` on (which lie within its length).
+    fn compare(&mut self, file: &File, at: u64, slices: &[IoSlice]) -> std::io::Result<bool> {
         let mut at = at;
         for slice in slices {
-            for piece in slice.chunks(buffer.len()) {
-                let held = &mut buffer[..piece.len()];
-                file.read_exact_at(held, at)?;
-                if held != piece {
+            let mut rest: &[u8] = slice;
+            while !rest.is_empty() {
+                let held = self.mapped_from(file, at)?;
+                let n = held.len().min(rest.len());
+                if held[..n] != rest[..n] {
                     return Ok(false);
                 }
-                at += piece.len() as u64;
+                rest = &rest[n..];
+                at += n as u64;
             }
         }
         Ok(true)
+    }
+
+    /// The file's bytes from `at` (within its length) to the end of the window that holds them, mapped first if
+    /// the window does not.
+    fn mapped_from(&mut self, file: &File, at: u64) -> std::io::Result<&[u8]> {
+        let held = |w: &(u64, memmap2::Mmap)| at >= w.0 && at - w.0 < w.1.len() as u64;
+        if !self.window.as_ref().is_some_and(held) {
+            // One window at a time: the one before is unmapped first.
+            self.window = None;
+            let page = crate::prefault::page_size() as u64;
+            let start = at - at % page;
+            let len = WINDOW_BYTES.min(self.len - start) as usize;
+            // SAFETY: the file is this process's own: `SetAside::write_over` took it only as a plain file of this
+            // user with no other name, and renamed it into the staging folder. Only root or this user truncating it
+            // there while it is compared could end the run (SIGBUS, as for perf.data: docs/SECURITY.md). The
+            // window lies within the length it had when taken.
+            let map = unsafe { memmap2::MmapOptions::new().offset(start).len(len).populate().map(file)? };
+            self.window = Some((start, map));
+        }
+        let (start, map) = self.window.as_ref().expect("mapped above");
+        Ok(&map[(at - start) as usize..])
     }
 }
 
@@ -220,11 +244,46 @@ fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice]) -> std::io::R
 
 #[cfg(test)]
 mod tests {
+    use super::{Earlier, WINDOW_BYTES};
     use crate::archive::deflate::{deflate_segment, inflate_segment as inflate, Codec, RepeatDeflater};
     use crate::report::script::{RenderedStack, ScriptOptions, ScriptWriter};
     use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
     use flate2::Compression;
     use std::sync::Arc;
+
+    /// Chunks compared across the windows the earlier file is mapped in: the same bytes hold, a byte changed on
+    /// either side of a window's edge does not, and nothing beyond the file's end holds.
+    #[test]
+    fn an_earlier_file_holds_only_the_same_bytes_across_windows() {
+        use std::io::{IoSlice, Write};
+        let mut rng = crate::random_inputs::Rng::new(7);
+        let text: Vec<u8> = (0..WINDOW_BYTES as usize * 5 / 2).map(|_| b'a' + rng.below(26) as u8).collect();
+        let mut file = tempfile::tempfile().unwrap();
+        file.write_all(&text).unwrap();
+        let edge = WINDOW_BYTES as usize;
+        // Chunks in order, of odd sizes and in several slices, the way the writer hands them over.
+        let mut earlier = Earlier::of(&file);
+        let mut at = 0;
+        while at < text.len() {
+            let len = (100_003 + rng.below(300_000)).min(text.len() - at);
+            let chunk = &text[at..at + len];
+            let slices: Vec<IoSlice> = chunk.chunks(70_001).map(IoSlice::new).collect();
+            assert!(earlier.holds(&file, at as u64, &slices).unwrap(), "same bytes at {at}");
+            at += len;
+        }
+        for changed in [edge - 1, edge, edge + 1, 2 * edge + 5, text.len() - 1] {
+            let mut other = text.clone();
+            other[changed] ^= 1;
+            let mut earlier = Earlier::of(&file);
+            let (start, end) = (changed.saturating_sub(300_000), (changed + 300_000).min(text.len()));
+            assert!(earlier.holds(&file, 0, &[IoSlice::new(&text[..start])]).unwrap());
+            let slices = [IoSlice::new(&other[start..changed + 1]), IoSlice::new(&other[changed + 1..end])];
+            assert!(!earlier.holds(&file, start as u64, &slices).unwrap(), "a byte changed at {changed} held");
+        }
+        let mut earlier = Earlier::of(&file);
+        let beyond = [IoSlice::new(&text[text.len() - 10..]), IoSlice::new(b"more")];
+        assert!(!earlier.holds(&file, text.len() as u64 - 10, &beyond).unwrap());
+    }
 
     /// Samples as the outputs stream renders them: header lines (fed with their spans) and stack texts (fed by
     /// their piece ids), from stacks that repeat near and far, share tails, come and go, shared or not.
