@@ -147,8 +147,8 @@ impl Frame {
 
     /// The same frame named `symbol` instead, keeping its id (a frame renamed the same way wherever it shows).
     pub fn renamed(&self, symbol: Arc<str>) -> Frame {
-        let name = FrameName { symbol: Some(symbol), ..FrameName::clone(&self.name) };
-        Frame { addr: self.addr, name: Arc::new(name), id: self.id }
+        let (module, kind) = (self.name.module.clone(), self.name.kind);
+        Frame { id: self.id, ..Frame::new(self.addr, Some(symbol), self.offset(), module, kind) }
     }
 
     /// The same frame, but for its id: what a frame is, for equality and hashing.
