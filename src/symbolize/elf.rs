@@ -209,13 +209,14 @@ pub fn function_symbols<'data, R: ReadRef<'data>>(
     };
     // (file offset, size, preference, name)
     let mut found: Vec<(u64, u64, u64, &'data str)> = Vec::new();
+    let version_mark = memchr::memmem::Finder::new(b"@@");
     for s in iter {
         if !is_function(&s) {
             continue;
         }
         let Ok(name) = s.name() else { continue };
         // Versioned dynamic names (`memcpy@@GLIBC_2.14`) read better without the version.
-        let name = match memchr::memmem::find(name.as_bytes(), b"@@") {
+        let name = match version_mark.find(name.as_bytes()) {
             Some(at) => &name[..at],
             None => name,
         };
