@@ -57,16 +57,11 @@ pub struct SymbolizeStats {
     pub switch_outs: u64,
 }
 
-/// The name of a frame that stands for no code: where a walk stopped, a runnable thread's stack.
-fn marker_frame(name: &str) -> Arc<FrameName> {
-    let module = Arc::from("[unknown]");
-    Arc::new(FrameName {
-        symbol: Some(Arc::from(name)),
-        module,
-        kind: FrameKind::Unknown,
-        base: 0,
-        unnamed_function: None,
-    })
+/// The name of a frame that stands for no code (where a walk stopped, atop a runnable thread's stack), in
+/// `unknown_module`.
+fn marker_frame(name: &str, unknown_module: &Arc<str>) -> Arc<FrameName> {
+    let (symbol, module) = (Some(Arc::from(name)), unknown_module.clone());
+    Arc::new(FrameName { symbol, module, kind: FrameKind::Unknown, base: 0, unnamed_function: None })
 }
 
 /// A cached name, and whether its address is JIT code (named from the jitdump first, whose names change over time).
@@ -275,6 +270,7 @@ pub struct Symbolizer {
 
 impl Symbolizer {
     pub fn new(opts: &SymbolizeOptions) -> Result<Symbolizer> {
+        let unknown_module: Arc<str> = Arc::from("[unknown]");
         Ok(Symbolizer {
             sources: Sources::new(opts)?,
             processes: Processes::default(),
@@ -290,10 +286,10 @@ impl Symbolizer {
             usage: None,
             stats: SymbolizeStats::default(),
             kernel_module: Arc::from(KERNEL_MODULE),
-            unknown_module: Arc::from("[unknown]"),
+            unwind_stopped: marker_frame(UNWIND_STOPPED_NAME, &unknown_module),
+            runnable: marker_frame(RUNNABLE_FRAME, &unknown_module),
+            unknown_module,
             hidden_kernel: Arc::from("[kernel]"),
-            unwind_stopped: marker_frame(UNWIND_STOPPED_NAME),
-            runnable: marker_frame(RUNNABLE_FRAME),
             jit_names: FxHashMap::default(),
             walker: StackWalker::default(),
             cfi: CfiFiles::new(opts.captured_dir.as_ref()),
