@@ -71,8 +71,9 @@ pub enum FrameKind {
     Unknown,
 }
 
-/// What names every address of one code range: a resolved frame minus its address. The frames of a range share
-/// one (a frame is its address, a reference to this and an id: 24 bytes, one reference count to keep).
+/// What names the addresses of one code range: a resolved frame minus its address. Frames named alike share one
+/// (the symbolizer makes one per address it caches a name for, and one per jitdump entry): a frame is its address,
+/// a reference to this and an id, 24 bytes with one reference count to keep.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct FrameName {
     /// Symbol name, or `None` when only the module is known.
