@@ -17,7 +17,7 @@
 //! (see [`super::names`]). Any text a reader could misparse is rewritten by [`super::names`].
 
 use super::names;
-use super::stacks::{arc_identity, ByFrameId, KeepAlive, PerStack};
+use super::stacks::{arc_identity, ByFrameId, KeepAlive, NameKey, PerStack};
 use super::Weight;
 use crate::repeats::{Piece, RepeatedLine, RepeatedText, Span};
 use crate::symbolize::{Frame, ResolvedSample};
@@ -32,13 +32,6 @@ pub struct ScriptOptions {
     /// it; [`Weight::Time`] prints its time in µs instead; [`Weight::Samples`] leaves it out, so every sample counts
     /// 1.
     pub weight: Weight,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct FrameKey {
-    symbol: (usize, usize),
-    module: (usize, usize),
-    unnamed_offset: u64,
 }
 
 struct FrameText {
@@ -72,12 +65,12 @@ pub enum RenderedStack<'a> {
 /// (frame, address and offset) as it was rendered, and which ids lines and rests have.
 #[derive(Default)]
 struct LineWriter {
-    frame_ids: FxHashMap<FrameKey, u32>,
+    frame_ids: FxHashMap<NameKey, u32>,
     frames: Vec<FrameText>,
     keep: KeepAlive,
     /// Each distinct line rendered (an index in `lines`), by its frame, address and offset; starts over with the
     /// ids.
-    line_index: FxHashMap<(FrameKey, u64, u64), u32>,
+    line_index: FxHashMap<(NameKey, u64, u64), u32>,
     /// The same by [`Frame::id`](crate::symbolize::Frame::id).
     line_by_id: ByFrameId<u32>,
     lines: Vec<RenderedLine>,
@@ -269,7 +262,7 @@ impl LineWriter {
 
     /// The index of a frame's line, rendered on first sight.
     fn line(&mut self, frame: &Frame) -> u32 {
-        let key = (frame_key(frame), frame.addr, frame.offset());
+        let key = (NameKey::of(frame), frame.addr, frame.offset());
         if let Some(&i) = self.line_index.get(&key) {
             return i;
         }
@@ -281,7 +274,7 @@ impl LineWriter {
     }
 
     /// A frame's line, seen for the first time since the ids started over.
-    fn render_line(&mut self, frame: &Frame, key: FrameKey) -> RenderedLine {
+    fn render_line(&mut self, frame: &Frame, key: NameKey) -> RenderedLine {
         let index = match self.frame_ids.get(&key) {
             Some(&i) => i,
             None => {
@@ -424,14 +417,6 @@ fn push_hex(out: &mut Vec<u8>, n: u64) {
 }
 
 const DIGITS: &[u8; 16] = b"0123456789abcdef";
-
-fn frame_key(frame: &Frame) -> FrameKey {
-    FrameKey {
-        symbol: frame.shared_symbol().map(arc_identity).unwrap_or((0, 0)),
-        module: arc_identity(frame.shared_module()),
-        unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset() },
-    }
-}
 
 fn frame_text(frame: &Frame) -> FrameText {
     FrameText {

@@ -122,12 +122,29 @@ pub(crate) fn arc_identity(s: &Arc<str>) -> (usize, usize) {
     (Arc::as_ptr(s) as *const u8 as usize, s.len())
 }
 
-#[derive(PartialEq, Eq, Hash)]
-struct FrameKey {
+/// What a frame is called, by the identities of its shared names (valid while a [`KeepAlive`] holds them): frames
+/// with the same key are spelled the same in every output.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct NameKey {
     symbol: (usize, usize),
     module: (usize, usize),
     /// Only part of the name for frames without a symbol.
     unnamed_offset: u64,
+}
+
+impl NameKey {
+    pub(crate) fn of(frame: &Frame) -> NameKey {
+        NameKey {
+            symbol: frame.shared_symbol().map(arc_identity).unwrap_or((0, 0)),
+            module: arc_identity(frame.shared_module()),
+            unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset() },
+        }
+    }
+}
+
+#[derive(PartialEq, Eq, Hash)]
+struct FrameKey {
+    name: NameKey,
     java_thread: bool,
 }
 
@@ -248,12 +265,7 @@ impl StackNamer {
     }
 
     fn frame_by_key(&mut self, frame: &Frame, java_thread: bool) -> (u32, u32) {
-        let key = FrameKey {
-            symbol: frame.shared_symbol().map(arc_identity).unwrap_or((0, 0)),
-            module: arc_identity(frame.shared_module()),
-            unnamed_offset: if names::is_named(frame) { 0 } else { frame.offset() },
-            java_thread,
-        };
+        let key = FrameKey { name: NameKey::of(frame), java_thread };
         if let Some(range) = self.frames.get(&key) {
             return *range;
         }

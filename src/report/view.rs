@@ -1,8 +1,8 @@
 //! Which samples and frames the outputs show: `-pid`/`-tid` filters, `-no-kernel`, `-strip-tiers`, and the
 //! per-thread grouping of `-per-thread`.
 
-use super::stacks::{arc_identity, KeepAlive, PerStack, STACK_FRAMES_KEPT};
-use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
+use super::stacks::{PerStack, STACK_FRAMES_KEPT};
+use crate::symbolize::{Frame, FrameKind, FrameName, ResolvedSample, Stack};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -31,21 +31,17 @@ impl View {
 /// A [`View`] applied to samples one at a time (samples are streamed, not kept).
 pub struct Viewer {
     view: View,
-    /// Tier-stripped symbols by the identity of the original (`None`: nothing to strip).
-    stripped: FxHashMap<(usize, usize), Option<Arc<str>>>,
-    keep: KeepAlive,
+    /// Tier-stripped names by the address of the original, which is kept with them so that the address stays its
+    /// own (`None`: nothing to strip). Frames named alike share their stripped name too: a sample's stack is
+    /// stripped for every sample where it is not shared.
+    stripped: FxHashMap<usize, (Arc<FrameName>, Option<Arc<FrameName>>)>,
     /// Shared stacks as the view shows them, by the id of the original (`None`: no frame left).
     stacks: PerStack<Option<Stack>>,
 }
 
 impl Viewer {
     pub fn new(view: View) -> Self {
-        Viewer {
-            view,
-            stripped: FxHashMap::default(),
-            keep: KeepAlive::default(),
-            stacks: PerStack::new(STACK_FRAMES_KEPT),
-        }
+        Viewer { view, stripped: FxHashMap::default(), stacks: PerStack::new(STACK_FRAMES_KEPT) }
     }
 
     /// Shows the sample as the view does (its frames as the view leaves them); false when the view leaves it out.
@@ -88,19 +84,17 @@ impl Viewer {
         }
         if self.view.strip_tiers {
             for frame in &mut frames {
-                let Some(symbol) = frame.shared_symbol() else { continue };
-                let replacement = match self.stripped.get(&arc_identity(symbol)) {
-                    Some(r) => r.clone(),
-                    None => {
+                let name = frame.name();
+                let (_, stripped) = self.stripped.entry(Arc::as_ptr(name) as usize).or_insert_with(|| {
+                    let stripped = name.symbol.as_deref().and_then(|symbol| {
                         let bare = strip_tier(symbol);
-                        let r = (bare.len() != symbol.len()).then(|| Arc::from(bare));
-                        let key = self.keep.identity(symbol);
-                        self.stripped.insert(key, r.clone());
-                        r
-                    }
-                };
-                if let Some(bare) = replacement {
-                    *frame = frame.renamed(bare);
+                        let renamed = || FrameName { symbol: Some(bare.into()), ..FrameName::clone(name) };
+                        (bare.len() != symbol.len()).then(|| Arc::new(renamed()))
+                    });
+                    (name.clone(), stripped)
+                });
+                if let Some(stripped) = stripped {
+                    *frame = Frame::in_range(frame.addr, stripped, frame.id);
                 }
             }
         }

@@ -146,10 +146,9 @@ impl Frame {
         self.name.unnamed_function.unwrap_or_else(|| self.addr.wrapping_sub(self.name.base))
     }
 
-    /// The same frame named `symbol` instead, keeping its id (a frame renamed the same way wherever it shows).
-    pub fn renamed(&self, symbol: Arc<str>) -> Frame {
-        let (module, kind) = (self.name.module.clone(), self.name.kind);
-        Frame { id: self.id, ..Frame::new(self.addr, Some(symbol), self.offset(), module, kind) }
+    /// What names it, shared with the other frames named alike.
+    pub fn name(&self) -> &Arc<FrameName> {
+        &self.name
     }
 
     /// The same frame, but for its id: what a frame is, for equality and hashing.

@@ -57,13 +57,6 @@ pub struct SymbolizeStats {
     pub switch_outs: u64,
 }
 
-/// The name of a frame that stands for no code (where a walk stopped, atop a runnable thread's stack), in
-/// `unknown_module`.
-fn marker_frame(name: &str, unknown_module: &Arc<str>) -> Arc<FrameName> {
-    let (symbol, module) = (Some(Arc::from(name)), unknown_module.clone());
-    Arc::new(FrameName { symbol, module, kind: FrameKind::Unknown, base: 0, unnamed_function: None })
-}
-
 /// A cached name, and whether its address is JIT code (named from the jitdump first, whose names change over time).
 struct CachedName {
     name: Arc<FrameName>,
@@ -254,9 +247,9 @@ pub struct Symbolizer {
     kernel_module: Arc<str>,
     unknown_module: Arc<str>,
     hidden_kernel: Arc<str>,
-    /// The marker frames where a walk stopped and atop a runnable thread's stack.
-    unwind_stopped: Arc<FrameName>,
-    runnable: Arc<FrameName>,
+    /// The frames that stand for no code: where a walk stopped, atop a runnable thread's stack.
+    unwind_stopped: Frame,
+    runnable: Frame,
     /// JIT code's names from the jitdump, by the address of the name its entry shares and its start (the name,
     /// held here, keeps that address its own).
     jit_names: FxHashMap<(usize, u64), Arc<FrameName>>,
@@ -286,8 +279,14 @@ impl Symbolizer {
             usage: None,
             stats: SymbolizeStats::default(),
             kernel_module: Arc::from(KERNEL_MODULE),
-            unwind_stopped: marker_frame(UNWIND_STOPPED_NAME, &unknown_module),
-            runnable: marker_frame(RUNNABLE_FRAME, &unknown_module),
+            unwind_stopped: Frame::new(
+                0,
+                Some(UNWIND_STOPPED_NAME.into()),
+                0,
+                unknown_module.clone(),
+                FrameKind::Unknown,
+            ),
+            runnable: Frame::new(0, Some(RUNNABLE_FRAME.into()), 0, unknown_module.clone(), FrameKind::Unknown),
             unknown_module,
             hidden_kernel: Arc::from("[kernel]"),
             jit_names: FxHashMap::default(),
@@ -820,7 +819,7 @@ impl Symbolizer {
                 let mut steady = 0..u64::MAX;
                 let mut frames = self.resolve_frames(s, space, callchain, &mut steady);
                 if off_cpu == Some(OffCpuState::Runnable) {
-                    frames.insert(0, Frame::in_range(0, &self.runnable, 0));
+                    frames.insert(0, self.runnable.clone());
                 }
                 let counts = FrameCounts::of(&frames);
                 self.stats.count(&counts);
@@ -877,7 +876,7 @@ impl Symbolizer {
             let mut leaf = true;
             for &entry in callchain {
                 if entry == UNWIND_STOPPED {
-                    frames.push(Frame::in_range(0, &self.unwind_stopped, 0));
+                    frames.push(self.unwind_stopped.clone());
                     continue;
                 }
                 if entry >= CONTEXT_MAX {

@@ -40,13 +40,16 @@ pub fn render<'a>(samples: impl IntoIterator<Item = &'a ResolvedSample>, opts: &
     let (mut text, mut lines) = (Vec::new(), Vec::new());
     for sample in samples {
         text.clear();
-        let shared = match builder.add(&mut sample.clone(), &mut text, None, &mut lines) {
-            Some(RenderedStack::Shared(stack)) => Some(stack.text.clone()),
+        lines.clear();
+        match builder.add(&mut sample.clone(), &mut text, None, &mut lines) {
+            Some(RenderedStack::Shared(stack)) => {
+                script.extend_from_slice(&text);
+                script.extend_from_slice(&stack.text);
+            }
             // The stack's text follows the header in `text`.
-            Some(RenderedStack::Appended(_)) | None => None,
-        };
-        script.extend_from_slice(&text);
-        script.extend(shared.iter().flat_map(|text| text.iter()));
+            Some(RenderedStack::Appended(_)) => script.extend_from_slice(&text),
+            None => {}
+        }
     }
     Rendered { script: String::from_utf8(script).unwrap(), profile: builder.finish() }
 }
