@@ -228,6 +228,56 @@ impl Lines {
         self.ends.len()
     }
 
+    /// Keeps the first `len` lines.
+    fn truncate(&mut self, len: usize) {
+        self.ends.truncate(len);
+        self.text.truncate(self.ends.last().copied().unwrap_or(0));
+    }
+
+    /// Adds the line of drawn frames `ids` (the last one protected) with `count`, or adds `count` to the last line
+    /// where that reads the same (`last`: where its count begins, and the count). Unless `forced`, only in the
+    /// order inferno takes lines in (sorted); false, adding nothing, otherwise.
+    fn add_drawn(
+        &mut self,
+        last: &mut Option<(usize, u64)>,
+        names: &[Box<str>],
+        ids: &[u32],
+        count: u64,
+        forced: bool,
+    ) -> bool {
+        let at = self.text.len();
+        for (i, &id) in ids.iter().enumerate() {
+            if i > 0 {
+                self.text.push(b';');
+            }
+            let name = &*names[id as usize];
+            match i + 1 == ids.len() {
+                true => self.text.extend_from_slice(protect_trailing_number(name).as_bytes()),
+                false => self.text.extend_from_slice(name.as_bytes()),
+            }
+        }
+        let last_start = self.ends.len().checked_sub(2).map_or(0, |i| self.ends[i]);
+        if let Some((count_at, sum)) = last {
+            if self.text[last_start..*count_at] == self.text[at..] {
+                *sum = sum.saturating_add(count);
+                self.text.truncate(*count_at);
+                push_count(&mut self.text, *sum);
+                *self.ends.last_mut().expect("a last line") = self.text.len();
+                return true;
+            }
+        }
+        let count_at = self.text.len();
+        push_count(&mut self.text, count);
+        let before = self.ends.last().map_or(&[][..], |&end| &self.text[last_start..end]);
+        if forced || before <= &self.text[at..] {
+            self.end_line();
+            *last = Some((count_at, count));
+            return true;
+        }
+        self.text.truncate(at);
+        false
+    }
+
     fn iter(&self) -> impl Iterator<Item = &str> + Clone {
         let starts = std::iter::once(0).chain(self.ends.iter().copied());
         starts.zip(&self.ends).map(|(start, &end)| std::str::from_utf8(&self.text[start..end]).expect("names are text"))
@@ -236,16 +286,17 @@ impl Lines {
 
 /// The lines inferno draws the graph from (`STACK COUNT`, in the folded order, counts halved `halvings` times, a leaf
 /// ending in a number protected), cut to the frames it draws: it leaves out every frame narrower than
-/// `min_width_percent` of `total` (and so everything above it), so each stack is cut after its first such frame, and
-/// the stacks that become the same, one after the other, are added up (so are those cut at narrow frames side by
-/// side, while together they stay narrow). inferno then merges a few frames per line
-/// instead of every frame of every stack (a profile where nearly every stack is distinct spent most of its drawing
-/// time merging frames it then left out), and draws exactly the same graph. The frames are compared by their name
-/// ids, and only the lines drawn are made into text.
+/// `min_width_percent` of `total` (and so everything above it). Each stack is cut before its first such frame, and
+/// the stacks that become the same, one after the other, are added up: under a drawn frame, all the narrow ones
+/// become one line. inferno then merges a few frames per line instead of every frame of every stack (a profile where
+/// nearly every stack is distinct spent most of its drawing time merging frames it then left out), and draws exactly
+/// the same graph. The frames are compared by their name ids, and only the lines drawn are made into text.
 ///
-/// A cut stack keeps the `;` after its last frame (inferno reads an empty frame there, as narrow as its parent, and
-/// leaves it out), so that its last frame never ends in a number inferno could read as a count. Stacks inferno would
-/// trim or skip (white space at their ends, a `# ` comment) are drawn whole, each on its own line.
+/// Where that cut would end a line in a name ending in a number (inferno would read it as a count), or out of
+/// inferno's order (`a;b` after `a;b;c`: it takes sorted lines only), the stack is cut after its first narrow frame
+/// instead, keeping the `;` after it (inferno reads an empty frame there, as narrow as its parent, and leaves it
+/// out); stacks cut so at narrow frames side by side share a line while together they stay narrow. Stacks inferno
+/// would trim or skip (white space at their ends, a `# ` comment) are drawn whole, each on its own line.
 fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f64) -> Lines {
     let names = folded.names();
     let mut stacks: Vec<(FoldedStack, u64)> =
@@ -295,14 +346,16 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
     let widthpertime_pct = 100.0 / total as f64;
     let minwidth_time = min_width_percent / widthpertime_pct;
     let narrow = |width: u64| (width as f64) < minwidth_time;
-    // A frame as inferno tells frames apart: its name, in which a leaf ending in a number is another name.
+    // Whether a name ends in a number (protected where it is a leaf), by id.
     let mut protects = vec![None; names.len()];
+    let mut protected = |id: u32| {
+        *protects[id as usize]
+            .get_or_insert_with(|| matches!(protect_trailing_number(&names[id as usize]), Cow::Owned(_)))
+    };
+    // A frame as inferno tells frames apart: its name, in which a leaf ending in a number is another name.
     let mut drawn = |stack: &FoldedStack, depth: usize| {
         let id = stack.ids()[depth];
-        let protected = depth + 1 == stack.ids().len()
-            && *protects[id as usize]
-                .get_or_insert_with(|| matches!(protect_trailing_number(&names[id as usize]), Cow::Owned(_)));
-        (id, protected)
+        (id, depth + 1 == stack.ids().len() && protected(id))
     };
     // How many frames of each stack to keep: up to its first narrow frame. A frame is a run of consecutive stacks
     // with the same frames up to its own, as inferno merges them.
@@ -342,15 +395,15 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
     }
     close_from(0, &mut open, time, stacks.len());
 
-    // A stack cut like the one before adds to its line, and so does one cut at a sibling of its last frame while
-    // their sum stays narrow: inferno then reads them as one frame (named after the first), also left out, and the
-    // frames it draws start and end where they did.
+    // The lines, each from one stack or from several one after the other.
     let mut lines = Lines::default();
-    // The line being made of cut stacks: their frames, their count, and how wide its narrow frame is (from before
-    // its first stack too: inferno merges it with the frame of the line before where that has the same name).
+    // The last line when it holds only drawn frames: where its count begins, and the count.
+    let mut drawn_line: Option<(usize, u64)> = None;
+    // The line being made of stacks cut after a narrow frame: their frames, their count, and how wide its narrow
+    // frame is (from before its first stack too: inferno merges it with the frame of the line before where that has
+    // the same name).
     let mut cut: Option<(&[u32], u64, u64)> = None;
-    let mut time = 0u64;
-    let end_cut = |cut: Option<(&[u32], u64, u64)>, lines: &mut Lines| {
+    let end_cut = |cut: Option<(&[u32], u64, u64)>, lines: &mut Lines, drawn_line: &mut Option<(usize, u64)>| {
         if let Some((ids, count, _)) = cut {
             for &id in ids {
                 lines.text.extend_from_slice(names[id as usize].as_bytes());
@@ -358,17 +411,31 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
             }
             push_count(&mut lines.text, count);
             lines.end_line();
+            *drawn_line = None;
         }
     };
+    let mut time = 0u64;
     for ((stack, count), &(keep, narrow_start)) in stacks.iter().zip(&keep) {
         let start = time;
         time = time.saturating_add(*count);
-        if keep >= stack.ids().len() {
-            end_cut(cut.take(), &mut lines);
-            whole(stack, *count, &mut lines);
-            continue;
+        let ids = stack.ids();
+        // Its frames before the first narrow one, where the last of them ends in no number; else, where only its
+        // leaf is narrow or none is, the whole stack.
+        let cut_before = (keep <= ids.len() && keep >= 2 && !protected(ids[keep - 2])).then(|| &ids[..keep - 1]);
+        let whole = keep >= ids.len();
+        if cut_before.is_some() || whole {
+            let (pending, lines_before, last_before) = (cut, lines.len(), drawn_line);
+            end_cut(cut.take(), &mut lines, &mut drawn_line);
+            let added = cut_before.is_some_and(|ids| lines.add_drawn(&mut drawn_line, names, ids, *count, false))
+                || (whole && lines.add_drawn(&mut drawn_line, names, ids, *count, true));
+            if added {
+                continue;
+            }
+            // Taken back: this stack joins the line being made.
+            lines.truncate(lines_before);
+            (cut, drawn_line) = (pending, last_before);
         }
-        let ids = &stack.ids()[..keep];
+        let ids = &ids[..keep];
         let siblings = |before: &[u32]| before.len() == ids.len() && before[..keep - 1] == ids[..keep - 1];
         match &mut cut {
             Some((before, sum, width)) if siblings(before) && narrow(width.saturating_add(*count)) => {
@@ -377,11 +444,11 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
             }
             _ => {
                 let width = start.saturating_sub(narrow_start).saturating_add(*count);
-                end_cut(cut.replace((ids, *count, width)), &mut lines);
+                end_cut(cut.replace((ids, *count, width)), &mut lines, &mut drawn_line);
             }
         }
     }
-    end_cut(cut, &mut lines);
+    end_cut(cut, &mut lines, &mut drawn_line);
     tracing::debug!("{} stacks drawn as {} lines", stacks.len(), lines.len());
     // The cut lines are in order but where a cut leaves a name that sorted otherwise with what followed it.
     let in_order = lines.iter().zip(lines.iter().skip(1)).all(|(a, b)| a <= b);
@@ -556,24 +623,57 @@ mod drawn_lines_tests {
         assert!(out_of_order > 20, "only {out_of_order} of 300 profiles had lines out of the folded order");
     }
 
+    /// The cut lines of `stacks` of `names` where frames narrower than 5% are left out, checked to draw what the
+    /// whole stacks draw.
+    fn cut_lines(names: &[&str], stacks: &[(&[u32], u64)]) -> Vec<String> {
+        let names = names.iter().map(|&n| n.into()).collect();
+        let folded = Folded::of_stacks(names, stacks.iter().map(|&(ids, n)| (ids.into(), n)).collect());
+        let mut whole: Vec<String> =
+            folded.stacks().map(|(stack, n)| format!("{} {n}", protect_trailing_number(&stack.to_string()))).collect();
+        whole.sort_unstable();
+        let drawn = drawn_lines(&folded, 0, folded.total(), 5.0);
+        let cut: Vec<String> = drawn.iter().map(String::from).collect();
+        assert_eq!(svg(cut.iter().map(String::as_str), 5.0), svg(whole.iter().map(String::as_str), 5.0));
+        cut
+    }
+
+    /// Stacks cut before their first narrow frame read the same and share one line: here everything under `a`.
+    #[test]
+    fn the_narrow_frames_under_a_drawn_one_become_one_line() {
+        let names = ["main", "a", "f1", "f2", "f3", "f4", "x"];
+        let stacks = [(&[0, 1][..], 100), (&[0, 1, 2], 2), (&[0, 1, 2, 6], 2), (&[0, 1, 3, 6], 2), (&[0, 1, 4, 6], 2)];
+        assert_eq!(cut_lines(&names, &stacks), ["main;a 108"]);
+    }
+
     /// Narrow frames one after another under the same parent share a line while together they stay narrow, counted
     /// from where the first one's frame began: here `f1` also has a line of its own before (its leaf), and drawn with
-    /// `f2` it would be wide.
+    /// `f2` it would be wide. They are cut after the narrow frame because the parent ends in a number (drawn
+    /// protected where it is a leaf, so that line sorts last).
     #[test]
     fn narrow_siblings_share_a_line_while_they_stay_narrow() {
-        let names = ["main", "a", "f1", "f2", "f3", "f4", "x"].iter().map(|&n| n.into()).collect();
+        let names = ["main", "Worker 2", "f1", "f2", "f3", "f4", "x"];
         let stacks = [(&[0, 1][..], 100), (&[0, 1, 2], 2), (&[0, 1, 2, 6], 2), (&[0, 1, 3, 6], 2), (&[0, 1, 4, 6], 2)];
-        let stacks = stacks.iter().chain(&[(&[0, 1, 5, 6][..], 2)]).map(|&(ids, n)| (ids.into(), n)).collect();
-        let folded = Folded::of_stacks(names, stacks);
-        let whole: Vec<String> = folded.stacks().map(|(stack, n)| format!("{stack} {n}")).collect();
+        let stacks = [&stacks[..], &[(&[0, 1, 5, 6][..], 2)]].concat();
         // 5 % of 110: frames narrower than 5.5 are left out.
-        let drawn = drawn_lines(&folded, 0, folded.total(), 5.0);
-        let cut: Vec<&str> = drawn.iter().collect();
         assert_eq!(
-            cut,
-            ["main;a 100", "main;a;f1 2", "main;a;f1; 2", "main;a;f2; 4", "main;a;f4; 2"],
+            cut_lines(&names, &stacks),
+            [
+                "main;Worker 2;f1 2",
+                "main;Worker 2;f1; 2",
+                "main;Worker 2;f2; 4",
+                "main;Worker 2;f4; 2",
+                "main;Worker\u{a0}2 100"
+            ],
             "f2 and f3 share a line, f1's cut stack does not take f2's (f1 would be 6 wide)"
         );
-        assert_eq!(svg(cut.iter().copied(), 5.0), svg(whole.iter().map(String::as_str), 5.0));
+    }
+
+    /// A narrow frame after a drawn sibling is cut after, not before: `main;a 2` after `main;a;b 100` would be out
+    /// of inferno's order.
+    #[test]
+    fn narrow_frames_after_a_drawn_sibling_keep_their_frame() {
+        let names = ["main", "a", "b", "z", "x", "y"];
+        let stacks = [(&[0, 1, 2][..], 100), (&[0, 1, 3, 4], 1), (&[0, 1, 3, 5], 1)];
+        assert_eq!(cut_lines(&names, &stacks), ["main;a;b 100", "main;a;z; 2"]);
     }
 }
