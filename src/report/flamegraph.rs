@@ -320,7 +320,10 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
         push_line_tail(&b.0, b.1, from, &mut tails.1);
         tails.0.cmp(&tails.1)
     };
-    if !stacks.windows(2).all(|w| line_order(&w[0], &w[1]).is_le()) {
+    // Where a stack's text begins another's, the line's space sorts below what follows in the other; so only names
+    // holding a space or a control character (a protected leaf among them) can put two lines in another order.
+    let spaced = names.iter().any(|name| name.bytes().any(|b| b <= b' '));
+    if spaced && !stacks.windows(2).all(|w| line_order(&w[0], &w[1]).is_le()) {
         stacks.sort_by(line_order);
     }
     let whole = |stack: &FoldedStack, count: u64, lines: &mut Lines| {
