@@ -29,12 +29,10 @@ pub struct FoldOptions {
 pub struct Folded {
     /// Every name a stack may use, by id.
     names: Vec<Box<str>>,
-    /// Each distinct stack, sorted by its text (the names joined by `;`), bytewise, and kept in that order: the
-    /// folded file and the flame graph read them in it several times, and stacks in the order they were first seen
-    /// would be read from all over memory each time.
-    lines: StackList,
-    /// Each line's count.
-    counts: Vec<u64>,
+    /// `(slot, count)`: each distinct stack (its slot in `slots`), sorted by its text (the names joined by `;`),
+    /// bytewise.
+    stacks: Vec<(u32, u64)>,
+    slots: StackList,
     kinds: HashMap<String, FrameKind>,
     total: u64,
     samples: u64,
@@ -166,7 +164,7 @@ fn is_shared_library(module: &str) -> bool {
 impl Folded {
     /// The distinct stacks with their counts, sorted by their text, bytewise.
     pub fn stacks(&self) -> impl ExactSizeIterator<Item = (FoldedStack<'_>, u64)> + '_ {
-        self.lines.iter().zip(&self.counts).map(|(ids, &count)| (FoldedStack { names: &self.names, ids }, count))
+        self.stacks.iter().map(|&(slot, count)| (FoldedStack { names: &self.names, ids: self.slots.get(slot) }, count))
     }
 
     /// Every name a stack may use, by id.
@@ -207,7 +205,7 @@ impl Folded {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.counts.is_empty()
+        self.stacks.is_empty()
     }
 
     /// Every frame name with the kind of code it stands for (thread names are not included).
@@ -215,12 +213,17 @@ impl Folded {
         self.kinds.iter().map(|(name, kind)| (name.as_str(), *kind))
     }
 
-    /// The folded file's length in bytes: what [`write_in_pieces`](Self::write_in_pieces) writes.
+    /// The folded file's length in bytes: what [`write_in_pieces`](Self::write_in_pieces) writes. (Every slot is
+    /// one line: its names are added up in the order they are kept, not in the lines' order, which would read them
+    /// from all over memory.)
     pub fn text_len(&self) -> u64 {
-        let names: u64 = self.lines.ids.iter().map(|&id| self.names[id as usize].len() as u64).sum();
+        debug_assert_eq!(self.stacks.len(), self.slots.ends.len(), "every slot is a line");
+        let names: u64 = self.slots.ids.iter().map(|&id| self.names[id as usize].len() as u64).sum();
         // The `;`s, a space, the count and the newline.
-        let rest = |(ids, &count): (&[u32], &u64)| ids.len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2;
-        names + self.lines.iter().zip(&self.counts).map(rest).sum::<u64>()
+        let rest = |&(slot, count): &(u32, u64)| {
+            self.slots.get(slot).len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2
+        };
+        names + self.stacks.iter().map(rest).sum::<u64>()
     }
 
     /// Writes the folded file (`stack count` lines) in pieces of about `piece` bytes, so that it is never held whole:
@@ -287,8 +290,8 @@ impl Folded {
         let mut slots = StackList::default();
         stacks.iter().for_each(|(stack, _)| slots.push(stack));
         let counts: Vec<u64> = stacks.iter().map(|(_, count)| *count).collect();
-        let (lines, counts) = slots.sorted(&names, &counts);
-        Folded { names, lines, total: counts.iter().sum(), counts, ..Folded::default() }
+        let sorted = slots.sorted(&names, &counts);
+        Folded { names, stacks: sorted, slots, total: counts.iter().sum(), ..Folded::default() }
     }
 }
 
@@ -312,22 +315,13 @@ impl StackList {
         self.ends.push(self.ids.len());
     }
 
-    /// The stacks in slot order.
-    fn iter(&self) -> impl ExactSizeIterator<Item = &[u32]> {
-        (0..self.ends.len() as u32).map(|slot| self.get(slot))
-    }
-
-    /// The stacks sorted by their text of `names`, as a new list in that order, with their `counts` (by slot) in it.
-    fn sorted(&self, names: &[Box<str>], counts: &[u64]) -> (StackList, Vec<u64>) {
+    /// `(slot, count)` of every slot (`counts` by slot), sorted by the text of its stack of `names`.
+    fn sorted(&self, names: &[Box<str>], counts: &[u64]) -> Vec<(u32, u64)> {
         let places = TextPlaces::new(names);
         let mut slots: Vec<u32> = (0..counts.len() as u32).collect();
         let mut keyed = Vec::with_capacity(slots.len());
         self.sort_from(&places, &mut slots, 0, &mut keyed);
-        let mut sorted = StackList { ids: Vec::with_capacity(self.ids.len()), ends: Vec::with_capacity(slots.len()) };
-        for &slot in &slots {
-            sorted.push(self.get(slot));
-        }
-        (sorted, slots.iter().map(|&slot| counts[slot as usize]).collect())
+        slots.into_iter().map(|slot| (slot, counts[slot as usize])).collect()
     }
 
     /// Sorts stacks that are the same before frame `from` by a few frames at a time from there ([`TextPlaces::key`]),
@@ -531,8 +525,7 @@ impl Folder {
                 }
             }
         }
-        let (lines, line_counts) = slots.sorted(namer.names(), &counts);
-        drop(slots);
+        let stacks = slots.sorted(namer.names(), &counts);
 
         let kinds = (0..namer.name_count() as u32)
             .filter(|&id| used[id as usize])
@@ -563,8 +556,8 @@ impl Folder {
             .collect();
         Folded {
             names: namer.into_names(),
-            lines,
-            counts: line_counts,
+            stacks,
+            slots,
             kinds,
             total,
             samples: folded_samples,
