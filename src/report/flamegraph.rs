@@ -246,16 +246,7 @@ impl Lines {
         forced: bool,
     ) -> bool {
         let at = self.text.len();
-        for (i, &id) in ids.iter().enumerate() {
-            if i > 0 {
-                self.text.push(b';');
-            }
-            let name = &*names[id as usize];
-            match i + 1 == ids.len() {
-                true => self.text.extend_from_slice(protect_trailing_number(name).as_bytes()),
-                false => self.text.extend_from_slice(name.as_bytes()),
-            }
-        }
+        push_names(names, ids, &mut self.text);
         let last_start = self.ends.len().checked_sub(2).map_or(0, |i| self.ends[i]);
         if let Some((count_at, sum)) = last {
             if self.text[last_start..*count_at] == self.text[at..] {
@@ -316,8 +307,8 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
         }
         tails.0.clear();
         tails.1.clear();
-        push_line_tail(&a.0, a.1, from, &mut tails.0);
-        push_line_tail(&b.0, b.1, from, &mut tails.1);
+        push_line_tail(names, &a.0, a.1, from, &mut tails.0);
+        push_line_tail(names, &b.0, b.1, from, &mut tails.1);
         tails.0.cmp(&tails.1)
     };
     // Where a stack's text begins another's, the line's space sorts below what follows in the other; so only names
@@ -327,7 +318,7 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
         stacks.sort_by(line_order);
     }
     let whole = |stack: &FoldedStack, count: u64, lines: &mut Lines| {
-        push_line_tail(stack, count, 0, &mut lines.text);
+        push_line_tail(names, stack, count, 0, &mut lines.text);
         lines.end_line();
     };
     let plain = |stack: &FoldedStack| {
@@ -425,12 +416,12 @@ fn drawn_lines(folded: &Folded, halvings: u32, total: u64, min_width_percent: f6
         // Its frames before the first narrow one, where the last of them ends in no number; else, where only its
         // leaf is narrow or none is, the whole stack.
         let cut_before = (keep <= ids.len() && keep >= 2 && !protected(ids[keep - 2])).then(|| &ids[..keep - 1]);
-        let whole = keep >= ids.len();
-        if cut_before.is_some() || whole {
+        let drawn_to_leaf = keep >= ids.len();
+        if cut_before.is_some() || drawn_to_leaf {
             let (pending, lines_before, last_before) = (cut, lines.len(), drawn_line);
             end_cut(cut.take(), &mut lines, &mut drawn_line);
             let added = cut_before.is_some_and(|ids| lines.add_drawn(&mut drawn_line, names, ids, *count, false))
-                || (whole && lines.add_drawn(&mut drawn_line, names, ids, *count, true));
+                || (drawn_to_leaf && lines.add_drawn(&mut drawn_line, names, ids, *count, true));
             if added {
                 continue;
             }
@@ -470,17 +461,26 @@ fn drawn_name<'a>(stack: &FoldedStack<'a>, depth: usize) -> Cow<'a, str> {
     }
 }
 
-/// Appends a stack's line as inferno reads it, from its frame `from` on: the names joined by `;`, the leaf protected
-/// ([`protect_trailing_number`]), a space and the count.
-fn push_line_tail(stack: &FoldedStack, count: u64, from: usize, out: &mut Vec<u8>) {
-    let ids = stack.ids();
-    for depth in from..ids.len() {
-        if depth > from {
+/// Appends a stack's line as inferno reads it, from its frame `from` on: its names ([`push_names`]), a space and the
+/// count.
+fn push_line_tail(names: &[Box<str>], stack: &FoldedStack, count: u64, from: usize, out: &mut Vec<u8>) {
+    push_names(names, &stack.ids()[from..], out);
+    push_count(out, count);
+}
+
+/// Appends the names of `ids` joined by `;`, the last one protected ([`protect_trailing_number`]): a stack's leaf,
+/// or a frame a stack is cut after, which never ends in a number.
+fn push_names(names: &[Box<str>], ids: &[u32], out: &mut Vec<u8>) {
+    for (i, &id) in ids.iter().enumerate() {
+        if i > 0 {
             out.push(b';');
         }
-        out.extend_from_slice(drawn_name(stack, depth).as_bytes());
+        let name = &*names[id as usize];
+        match i + 1 == ids.len() {
+            true => out.extend_from_slice(protect_trailing_number(name).as_bytes()),
+            false => out.extend_from_slice(name.as_bytes()),
+        }
     }
-    push_count(out, count);
 }
 
 /// A colour for a frame: the hue says the kind of code, a shade derived from the name tells neighbours apart and
