@@ -32,8 +32,9 @@ and at most their sum), the medians, and the ratios. Sets up what it needs first
 users get (scripts/build-static.sh) unless --profcpu names another.
 
 The timed runs regenerate the outputs of a folder that has them already (a warm-up run makes them), so postprocess
-copies perf.data's and symbols/' compressed entries from the folder's prof.tar.gz where they are unchanged, and
-leaves the bytes of perf_script.out that are the same as they are. --cold removes prof.tar.gz and perf_script.out
+copies the compressed entries of perf.data, symbols/ and perf_script.out from the folder's prof.tar.gz where they are
+unchanged, leaves the bytes of perf_script.out that are the same as they are, and leaves folded_stacks.out in place
+when it holds the same stacks. --cold removes prof.tar.gz, perf_script.out, folded_stacks.out and flamegraph.svg
 before each profcpu run: everything is compressed and written anew, as on a `perf record` folder's first
 postprocess.
 
@@ -275,8 +276,9 @@ def main():
     ap.add_argument("--freq", type=int, default=9999)
     ap.add_argument("--profcpu", help="the binary to time (default: the one we ship, built by scripts/build-static.sh)")
     ap.add_argument("--cold", action="store_true",
-                    help="remove the folder's prof.tar.gz and perf_script.out before each profcpu run (untimed), so "
-                         "that nothing is taken from an earlier run: postprocess's first run on a folder")
+                    help="remove the folder's prof.tar.gz, perf_script.out, folded_stacks.out and flamegraph.svg "
+                         "before each profcpu run (untimed), so that nothing is taken from an earlier run: "
+                         "postprocess's first run on a folder")
     ap.add_argument("--dir", help="an existing profcpu collection of a running app (skips recording)")
     ap.add_argument("--hot", default=HOT_METHOD,
                     help=f"a frame name both flame graphs must contain (default {HOT_METHOD}, for --dir of another app)")
@@ -356,7 +358,7 @@ def main():
         rows = []
         for i in range(args.runs):
             if args.cold:
-                for earlier in ("prof.tar.gz", "perf_script.out"):
+                for earlier in ("prof.tar.gz", "perf_script.out", "folded_stacks.out", "flamegraph.svg"):
                     os.unlink(os.path.join(run_dir, earlier))
             t_ours, rss_ours, cpu_ours = timed([ours], os.devnull)
             t_pipe, rss_pipe, cpu_pipe = timed(pipeline, pipe_svg)

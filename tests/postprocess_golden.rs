@@ -176,23 +176,33 @@ fn an_earlier_script_is_written_over_only_when_no_other_name_holds_it() {
         of.unwrap_or_else(|| panic!("unreadable: {line}"))
     };
 
-    // The same bytes: none written, the time of the file is the run's.
+    let archived = |name: &str| {
+        let archive = tree_of_archive(&scratch, &dir, name);
+        String::from_utf8(archive[Path::new("perf_script.out")].clone()).unwrap()
+    };
+
+    // The same bytes: none written, the time of the file is the run's; the archive's copy is the earlier archive's.
     let old_date = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     std::fs::File::options().write(true).open(&script).unwrap().set_modified(old_date).unwrap();
     let same = postprocess_ok(&dir, &["-vv"]);
     assert_eq!(kept(&same), expected.len(), "{}", same.stderr);
     assert_eq!(read(&script), expected);
     assert!(std::fs::metadata(&script).unwrap().modified().unwrap() > old_date, "the file kept its old date");
+    let copied = "perf_script.out's entry taken from the earlier prof.tar.gz";
+    assert!(same.stderr.contains(copied), "not copied:\n{}", same.stderr);
+    assert_eq!(archived("same"), expected);
 
     // One byte changed in the middle, or the file cut short: written again from there.
     let mut changed = expected.clone().into_bytes();
     let middle = changed.len() / 2;
     changed[middle] ^= 0x20;
-    for earlier in [&changed[..], &expected.as_bytes()[..middle]] {
+    for (i, earlier) in [&changed[..], &expected.as_bytes()[..middle]].into_iter().enumerate() {
         std::fs::write(&script, earlier).unwrap();
         let run = postprocess_ok(&dir, &["-vv"]);
         assert!(kept(&run) <= middle, "{}", run.stderr);
         assert_eq!(read(&script), expected);
+        assert!(!run.stderr.contains(copied), "copied though the text changed:\n{}", run.stderr);
+        assert_eq!(archived(&format!("changed-{i}")), expected);
     }
 
     // Longer than what the next run writes: the rest must go.
@@ -213,6 +223,58 @@ fn an_earlier_script_is_written_over_only_when_no_other_name_holds_it() {
     assert_eq!(read(&victim), "do not touch\n", "a hard-linked perf_script.out was written over");
     assert_ne!(std::fs::metadata(&script).unwrap().ino(), std::fs::metadata(&victim).unwrap().ino());
     assert_eq!(read(&script), expected);
+}
+
+/// A folded file that holds the stacks a run makes stays where it is, dated anew (writing it again would cost more
+/// than comparing it); one that differs, has another name or may be written by others is replaced, the other name
+/// left as it was.
+#[test]
+fn an_earlier_folded_file_stays_only_when_it_holds_the_same_stacks() {
+    use std::os::unix::fs::PermissionsExt;
+    let scratch = Scratch::new("golden-folded-kept");
+    let dir = golden_copy(&scratch, "run");
+    let folded = dir.join("folded_stacks.out");
+    postprocess_ok(&dir, &[]);
+    let expected = read(&folded);
+    let inode = |path: &Path| std::fs::metadata(path).unwrap().ino();
+    let first = inode(&folded);
+
+    let old_date = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    std::fs::File::options().write(true).open(&folded).unwrap().set_modified(old_date).unwrap();
+    postprocess_ok(&dir, &[]);
+    assert_eq!(inode(&folded), first, "the same stacks were written anew");
+    assert!(std::fs::metadata(&folded).unwrap().modified().unwrap() > old_date, "the file kept its old date");
+    assert_eq!(read(&folded), expected);
+
+    // One byte changed in the middle, cut short, longer: replaced.
+    let mut changed = expected.clone().into_bytes();
+    changed[expected.len() / 2] ^= 0x20;
+    let longer = format!("{expected}main;more 1\n");
+    for earlier in [&changed[..], &expected.as_bytes()[..expected.len() / 2], longer.as_bytes()] {
+        std::fs::write(&folded, earlier).unwrap();
+        let before = inode(&folded);
+        postprocess_ok(&dir, &[]);
+        assert_ne!(inode(&folded), before);
+        assert_eq!(read(&folded), expected);
+    }
+
+    // The same stacks under another name too, or in a file others may write: replaced, the other name untouched.
+    let victim = scratch.join("victim.txt");
+    std::fs::write(&victim, &expected).unwrap();
+    std::fs::File::options().write(true).open(&victim).unwrap().set_modified(old_date).unwrap();
+    std::fs::remove_file(&folded).unwrap();
+    std::fs::hard_link(&victim, &folded).unwrap();
+    postprocess_ok(&dir, &[]);
+    assert_ne!(inode(&folded), inode(&victim), "a hard-linked folded file was kept");
+    assert_eq!(std::fs::metadata(&victim).unwrap().modified().unwrap(), old_date, "the other name was dated");
+    std::fs::set_permissions(&folded, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let before = inode(&folded);
+    postprocess_ok(&dir, &[]);
+    assert_ne!(inode(&folded), before, "a folded file others may write was kept");
+    assert_eq!(std::fs::metadata(&folded).unwrap().permissions().mode() & 0o777, 0o644);
+    assert_eq!(read(&folded), expected);
+    let archive = tree_of_archive(&scratch, &dir, "folded");
+    assert_eq!(archive[Path::new("folded_stacks.out")], expected.as_bytes());
 }
 
 fn tree_of_archive(

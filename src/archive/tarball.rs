@@ -7,9 +7,10 @@
 //! file ([`FarEntry`]: a recording's perf.data, hundreds of MB compressed), and joined to what precedes it without
 //! copying. The CRC-32 of the whole is combined from the pieces' CRCs.
 //!
-//! The gzip header's extra field (RFC 1952 FEXTRA, ignored by every gzip reader) says where perf.data's entry and
-//! the naming files' segment lie in the file and what they unpack to ([`ArchiveIndex`]): a later run that archives
-//! the same bytes copies their compressed bytes ([`Segment::reused`]) instead of compressing them again. For
+//! The gzip header's extra field (RFC 1952 FEXTRA, ignored by every gzip reader) says where perf.data's entry, the
+//! naming files' segment and the streamed entry's content lie in the file and what they unpack to
+//! ([`ArchiveIndex`]): a later run that archives the same bytes copies their compressed bytes ([`Segment::reused`])
+//! instead of compressing them again. For
 //! perf.data it also keeps the file's [`FileStamp`], so that a later run knows the file unchanged without reading
 //! hundreds of MB to compute their CRC again.
 
@@ -39,7 +40,7 @@ const INDEX_FIELD_LEN: usize = 4 + INDEX_LEN;
 const _: () = assert!(INDEX_FIELD_LEN <= u8::MAX as usize, "XLEN's high byte is written as zero");
 /// Where the index lies in the file.
 const INDEX_AT: u64 = (GZIP_HEADER.len() + 4) as u64;
-const INDEX_VERSION: u8 = 2;
+const INDEX_VERSION: u8 = 3;
 
 /// The last bytes of every segment: an empty stored block after a sync flush.
 const SEGMENT_END: [u8; 4] = [0, 0, 0xff, 0xff];
@@ -51,10 +52,12 @@ pub enum Indexed {
     Recording,
     /// What names the frames (`symbols/`, or the perf maps beside a `perf record` file), as one segment.
     Naming,
+    /// The streamed entry's content (perf_script.out's bytes, without its header and padding).
+    Streamed,
 }
 
 impl Indexed {
-    const ALL: [Indexed; 2] = [Indexed::Recording, Indexed::Naming];
+    const ALL: [Indexed; 3] = [Indexed::Recording, Indexed::Naming, Indexed::Streamed];
 
     fn slot(self) -> usize {
         self as usize
@@ -662,6 +665,8 @@ pub struct Tarball {
     /// The CRC and length of everything after that header.
     crc_after_header: Crc,
     len_after_header: u64,
+    /// Compressed bytes of the streamed entry's content so far.
+    streamed_len: u64,
     /// Where the indexed parts went, once they did.
     index: ArchiveIndex,
 }
@@ -679,30 +684,53 @@ impl Tarball {
             .with_context(|| format!("cannot write {}", path.display()))?;
         let first_header_at = (GZIP_HEADER.len() + index_field.len() + placeholder.len() - BLOCK) as u64;
         let (crc_after_header, len_after_header, index) = (Crc::new(), 0, ArchiveIndex::default());
-        Ok(Tarball { file, path, first_header_at, crc_after_header, len_after_header, index })
+        Ok(Tarball { file, path, first_header_at, crc_after_header, len_after_header, streamed_len: 0, index })
     }
 
     /// Appends compressed bytes of the streamed entry (their CRC is given at [`end_streamed`](Self::end_streamed)).
     pub fn write_streamed(&mut self, compressed: &[u8]) -> Result<()> {
+        self.streamed_len += compressed.len() as u64;
         self.file.write_all(compressed).with_context(|| format!("cannot write {}", self.path.display()))
     }
 
-    /// Ends the streamed entry: its last compressed bytes, the CRC and length of its content, and the padding.
+    /// Ends the streamed entry: its last compressed bytes (which end a segment), the CRC and length of its content,
+    /// and the padding. Its content is indexed ([`Indexed::Streamed`]).
     pub fn end_streamed(&mut self, compressed: &[u8], content_crc: &Crc, content_len: u64) -> Result<()> {
         self.write_streamed(compressed)?;
+        let at = self.first_header_at + BLOCK as u64;
+        let entry = IndexEntry {
+            at,
+            compressed_len: self.streamed_len,
+            len: content_len,
+            crc: content_crc.clone().finalize(),
+            stamp: None,
+        };
+        self.index.0[Indexed::Streamed.slot()] = Some(entry);
         self.crc_after_header.combine(content_crc);
         let pad = padding(content_len);
         self.len_after_header += content_len + pad.len() as u64;
         if !pad.is_empty() {
             self.crc_after_header.update(pad);
-            self.write_streamed(&stored_block(pad))?;
+            self.file.write_all(&stored_block(pad)).with_context(|| format!("cannot write {}", self.path.display()))?;
         }
         Ok(())
+    }
+
+    /// Ends the streamed entry with `content`, its whole content compressed (an earlier archive's: see
+    /// [`Segment::reused`]), after whatever was streamed before it.
+    pub fn end_streamed_with(&mut self, content: &Segment) -> Result<()> {
+        self.write_compressed(content)?;
+        self.streamed_len += content.compressed.size();
+        self.end_streamed(&[], &content.crc, content.len)
     }
 
     pub fn append(&mut self, segment: &Segment) -> Result<()> {
         self.crc_after_header.combine(&segment.crc);
         self.len_after_header += segment.len;
+        self.write_compressed(segment)
+    }
+
+    fn write_compressed(&mut self, segment: &Segment) -> Result<()> {
         let written = match &segment.compressed {
             Compressed::Memory(bytes) => self.file.write_all(bytes),
             Compressed::File { file, at, len } => copy_spilled(file, *at, *len, &mut self.file),

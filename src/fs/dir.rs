@@ -315,19 +315,30 @@ impl SetAside {
     /// into a file's cached pages costs half of filling new ones and freeing the old). The empty file goes; if
     /// this one may not be written over, it gives itself back, to be removed.
     pub fn write_over(self, staged: &str) -> Result<File, SetAside> {
-        let flags = OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
-        let Ok(opened) = openat(self.dir.fd(), self.name.as_str(), flags, Mode::empty()) else { return Err(self) };
-        let ours = fstat(&opened).is_ok_and(|st| {
-            Kind::of(&st) == Kind::File && st.st_nlink == 1 && st.st_uid == nix::unistd::geteuid().as_raw()
-        });
+        let Some(opened) = open_own_file(&self.dir, &self.name, OFlag::O_RDWR) else { return Err(self) };
         let dir = self.dir.fd();
-        if !ours || renameat2(dir, self.name.as_str(), dir, staged, RenameFlags::RENAME_EXCHANGE).is_err() {
+        if renameat2(dir, self.name.as_str(), dir, staged, RenameFlags::RENAME_EXCHANGE).is_err() {
             return Err(self);
         }
         // The empty file now has the set-aside name.
         let _ = self.dir.remove_file(&self.name);
-        Ok(File::from(opened))
+        Ok(opened)
     }
+}
+
+/// `name` in `dir` opened with `access`, when it is a regular file of this user with no other name that nobody
+/// else may write to: a file only this user can change (truncating a mapped file under a reader ends it with
+/// SIGBUS), and changing which touches nothing else.
+fn open_own_file(dir: &Dir, name: &str, access: OFlag) -> Option<File> {
+    let flags = access | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
+    let opened = openat(dir.fd(), name, flags, Mode::empty()).ok()?;
+    let st = fstat(&opened).ok()?;
+    let others_write = Mode::S_IWGRP | Mode::S_IWOTH;
+    let ours = Kind::of(&st) == Kind::File
+        && st.st_nlink == 1
+        && st.st_uid == nix::unistd::geteuid().as_raw()
+        && Mode::from_bits_truncate(st.st_mode).intersection(others_write).is_empty();
+    ours.then(|| File::from(opened))
 }
 
 impl Staging {
@@ -360,6 +371,12 @@ impl Staging {
             let aside = format!(".old-{name}");
             (replaceable && parent.rename(&name, &dir, &aside).is_ok()).then_some(SetAside { dir, name: aside })
         }
+    }
+
+    /// An earlier output `name` in the parent, open for reading, when it is a file that only this user can change
+    /// (see [`open_own_file`]): one the new output may leave in place where it holds the same bytes.
+    pub fn earlier_output(&self, name: &str) -> Option<File> {
+        open_own_file(&self.parent, name, OFlag::O_RDONLY)
     }
 
     /// Moves the given staged files to their names in the parent (a rename replaces a symlink, never follows it).

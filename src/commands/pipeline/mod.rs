@@ -14,6 +14,7 @@
 //! reached only through their descriptors ([`crate::fs::Dir`], [`Staging`]); what is read from them (perf.data,
 //! the naming files) must be a regular file, not a symlink, within its size cap ([`crate::fs::input`]).
 
+mod earlier;
 mod perf_data_follower;
 mod sample_sink;
 mod script_file;
@@ -36,11 +37,11 @@ use crate::symbolize::{
     Capture, CaptureSummary, LiveNaming, Measure, ResolvedSample, SymbolizeOptions, SymbolizeStats, Symbolizer,
 };
 use anyhow::{anyhow, bail, Context, Result};
+use earlier::{Made, SameOrNew};
 use flate2::Compression;
 use sample_sink::{Chunk, SampleSink};
 use std::collections::{BTreeMap, HashSet};
 use std::fs::File;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::time::{Instant, SystemTime};
@@ -248,7 +249,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     };
     // Chunks of script text go from this thread to the writer, then to the compressor, then back for reuse.
     let (to_writer, chunks) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
-    let (to_compressor, written) = mpsc::sync_channel::<Chunk>(CHUNKS_IN_FLIGHT);
+    let (to_compressor, written) = mpsc::sync_channel::<script_file::Written>(CHUNKS_IN_FLIGHT);
     let (recycle, recycled) = mpsc::channel::<Chunk>();
 
     let title = req.title;
@@ -303,8 +304,10 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                     }
                 })
             })?;
-            let compressor =
-                spawn_named(scope, "script-deflate", move || script_file::compress(written, recycle, archive))?;
+            let staged = staging.dir();
+            let compressor = spawn_named(scope, "script-deflate", move || {
+                script_file::compress(written, recycle, archive, staged, || earlier_archive(dir))
+            })?;
             // Named samples go from this thread to the report stage's in batches, and the batches come back empty.
             let (to_report, batches) = mpsc::sync_channel::<Vec<ResolvedSample>>(BATCHES_IN_FLIGHT);
             let (return_batch, returned_batches) = mpsc::channel::<Vec<ResolvedSample>>();
@@ -367,7 +370,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                         (_, None) => metadata_from_recording(&reader, &profile.facts, stats),
                     };
                     let meta = completed(meta, &reader, measure, stats);
-                    Some(small_outputs(profile, meta, report_opts, title, staging.dir()))
+                    Some(small_outputs(profile, meta, report_opts, title, &staging))
                 }
                 _ => None,
             };
@@ -395,7 +398,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             let small = small.expect("made once naming and the report stage succeeded")?;
             Ok((profile, (stats, symbolizer), archive, script_len, (perf_data_part, naming), small))
         })?;
-    let SmallOutputs { written, folded_segment, last_segment, notes, now } = small;
+    let SmallOutputs { written, kept, folded_segment, last_segment, notes, now } = small;
     for note in &notes {
         tracing::warn!("{note}");
     }
@@ -418,14 +421,22 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     if unwind_stack_copies {
         files.push(PERF_DATA_FILE.into());
     }
-    files.push(report::ARCHIVE_FILE.into());
+    // An output the same as the earlier one stays where it is.
+    let mut published: Vec<PathBuf> =
+        files.iter().filter(|name| !kept.iter().any(|(same, _)| same == *name)).cloned().collect();
+    published.push(report::ARCHIVE_FILE.into());
     // All outputs are replaced or none (an abort waits for this).
-    crate::interrupt::publish(|| staging.publish(&files))?;
+    crate::interrupt::publish(|| staging.publish(&published))?;
+    for (name, file) in kept {
+        // Dated now, as a file this run made.
+        if let Err(e) = file.set_modified(SystemTime::now()) {
+            tracing::debug!("cannot date {} now: {e}", dir.shown(&name).display());
+        }
+    }
     if !files.iter().any(|f| f.as_os_str() == report::FLAMEGRAPH_FILE) {
         // A graph from an earlier run would contradict the new folded stacks.
         remove_stale(dir, report::FLAMEGRAPH_FILE)?;
     }
-    files.pop();
     tracing::debug!("outputs in place after {:.1?} ({})", begun.elapsed(), thread_cpu());
     let summary = OutputSummary {
         files,
@@ -478,6 +489,8 @@ impl UnwoundPerfData {
 struct SmallOutputs {
     /// Their names, the folded stacks' first.
     written: Vec<PathBuf>,
+    /// Those whose earlier file holds the same bytes and stays (not in the staging folder).
+    kept: Vec<KeptOutput>,
     folded_segment: Segment,
     /// The graphs and metadata.txt, ending the archive.
     last_segment: Segment,
@@ -507,8 +520,9 @@ fn small_outputs(
     meta: Metadata,
     report_opts: &ReportOptions,
     title: Option<String>,
-    into: &Dir,
+    staging: &Staging,
 ) -> Result<SmallOutputs> {
+    let into = staging.dir();
     let Profile { folded, threads, facts, shown } = profile;
     let view = &report_opts.view;
     if *shown == 0 && facts.samples > 0 && (view.pid.is_some() || view.tid.is_some()) {
@@ -530,21 +544,26 @@ fn small_outputs(
     };
     // Written and compressed a piece at a time: with nearly every stack distinct, the folded stacks are as large as
     // the recording.
-    let write_folded = || -> Result<(Vec<PathBuf>, Segment)> {
+    // An earlier run's file that holds the same stacks stays in place (see [`earlier`]).
+    let write_folded = || -> Result<(Vec<PathBuf>, Vec<KeptOutput>, Segment)> {
         let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded)];
         files.extend(threads.iter().map(|(tid, _, thread)| (report::thread_folded_file(*tid).into(), thread)));
         let mut archived = StreamedEntries::default();
+        let mut kept = Vec::new();
         for (name, folded) in &files {
-            let shown = into.shown(name);
-            let mut file = into.create_file(name).with_context(|| format!("cannot create {}", shown.display()))?;
-            archived.begin(name, folded.text_len(), now)?;
+            let len = folded.text_len();
+            let mut file = SameOrNew::start(staging, name, len)?;
+            archived.begin(name, len, now)?;
             folded.write_in_pieces(FOLDED_PIECE, |piece, echoes| {
-                file.write_all(piece).with_context(|| format!("cannot write {}", shown.display()))?;
+                file.write(piece)?;
                 archived.feed_echoing(piece, echoes)
             })?;
             archived.end()?;
+            if let Made::Kept(earlier) = file.finish()? {
+                kept.push((name.clone(), earlier));
+            }
         }
-        Ok((files.into_iter().map(|(name, _)| name).collect(), archived.finish()?))
+        Ok((files.into_iter().map(|(name, _)| name).collect(), kept, archived.finish()?))
     };
     let draw = || -> Result<Vec<OutputFile>> {
         let started = Instant::now();
@@ -560,7 +579,7 @@ fn small_outputs(
         tracing::debug!("flame graphs drawn in {:.1?}", started.elapsed());
         Ok(graphs)
     };
-    let ((folded_files, folded_segment), graphs) = std::thread::scope(|scope| -> Result<_> {
+    let ((folded_files, kept, folded_segment), graphs) = std::thread::scope(|scope| -> Result<_> {
         let folded = spawn_named(scope, "folded", write_folded)?;
         let graphs = draw()?;
         Ok((folded.join().map_err(|_| anyhow!("writing the folded stacks panicked"))??, graphs))
@@ -574,7 +593,7 @@ fn small_outputs(
     rest.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
     let last_segment = archived(&rest, true)?;
     let written = folded_files.into_iter().chain(rest.into_iter().map(|(name, _)| name)).collect();
-    Ok(SmallOutputs { written, folded_segment, last_segment, notes, now })
+    Ok(SmallOutputs { written, kept, folded_segment, last_segment, notes, now })
 }
 
 /// Frees what a run built (symbol tables, the recording's mapping, the stacks) on a thread of its own, so that the
@@ -668,6 +687,9 @@ fn compress_perf_data(
     );
     Ok(segment)
 }
+
+/// An output whose earlier file holds the same bytes, and that file (to be dated now once the outputs are in place).
+type KeptOutput = (PathBuf, File);
 
 /// A small output's name and bytes.
 type OutputFile = (PathBuf, Vec<u8>);

@@ -29,6 +29,8 @@ pub struct Chunk {
     pub len: usize,
     /// Bytes of stack text (own or shared) in `text` and `stacks`: what the chunk keeps in memory.
     stack_bytes: usize,
+    /// Bytes of own stack text (stacks the symbolizer did not share).
+    own_stack_bytes: usize,
 }
 
 /// Where a sample's stack text is in its [`Chunk`].
@@ -58,6 +60,12 @@ impl Chunk {
         self.stack_index.clear();
         self.len = 0;
         self.stack_bytes = 0;
+        self.own_stack_bytes = 0;
+    }
+
+    /// Whether most of its text is stacks the symbolizer did not share: stacks that seldom repeat whole.
+    pub fn mostly_unshared_stacks(&self) -> bool {
+        self.own_stack_bytes * 2 > self.len
     }
 
     /// How far its text, spans and own lines go: where the next sample's begin.
@@ -73,6 +81,7 @@ impl Chunk {
         let (header_len, at) = match stack {
             RenderedStack::Appended(own) => {
                 self.stack_bytes += own;
+                self.own_stack_bytes += own;
                 (len - own, StackAt::Own(own as u32, own_lines as u32))
             }
             RenderedStack::Shared(stack) => {

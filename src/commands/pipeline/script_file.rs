@@ -1,18 +1,31 @@
 //! perf_script.out on disk and in the archive: the writer thread (`writev` straight from the chunks' text and
 //! shared stack texts, disk blocks reserved ahead; over an earlier run's file, only from the first byte
 //! that differs) and the compressor thread (the archive's first entry, compressed as the chunks come by
-//! [`RepeatDeflater`]).
+//! [`RepeatDeflater`]; or, where every byte is the earlier run's, copied from the earlier archive).
 
+use super::earlier::EarlierBytes;
 use super::sample_sink::Chunk;
 use super::thread_cpu;
-use crate::archive::deflate::RepeatDeflater;
-use crate::archive::tarball::Tarball;
+use crate::archive::deflate::{EchoDeflater, RepeatDeflater};
+use crate::archive::tarball::{ArchiveIndex, Indexed, Segment, Tarball};
+use crate::fs::{Dir, Limit};
+use crate::report;
 use anyhow::{bail, Context, Result};
+use crc32fast::Hasher as Crc;
 use std::fs::File;
 use std::io::{IoSlice, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::mpsc;
 use std::time::{Instant, SystemTime};
+
+/// A chunk the writer is done with, on its way to the compressor.
+pub struct Written {
+    pub chunk: Chunk,
+    /// Whether the file held its bytes already (an earlier run's perf_script.out being written over), as it did
+    /// every chunk's before it.
+    pub as_before: bool,
+}
 
 /// The writer thread: perf_script.out on disk; each chunk then goes on to the compressor. At the first chunk,
 /// `first_chunk` may hand over an earlier perf_script.out to write over instead of `file`.
@@ -20,7 +33,7 @@ pub fn write(
     mut file: File,
     path: &Path,
     chunks: mpsc::Receiver<Chunk>,
-    done: mpsc::SyncSender<Chunk>,
+    done: mpsc::SyncSender<Written>,
     first_chunk: impl FnOnce() -> Option<File>,
 ) -> Result<()> {
     let started = Instant::now();
@@ -45,7 +58,7 @@ pub fn write(
             write_all_vectored(&mut file, &mut slices).with_context(error)?;
         }
         len += chunk.len as u64;
-        if done.send(chunk).is_err() {
+        if done.send(Written { chunk, as_before: unchanged }).is_err() {
             // The compressor stopped on an error; it reports it.
             bail!("the perf script compressor stopped");
         }
@@ -71,29 +84,19 @@ pub fn write(
     Ok(())
 }
 
-/// An earlier run's perf_script.out being written over. A run mostly writes what the run before wrote (the same
-/// recording named from the same files), so its bytes are compared before any is written: reading the cached pages
-/// costs less than writing them (no page dirtied, nothing to write to disk later). From the first chunk that
-/// differs on, the rest is written.
+/// An earlier run's perf_script.out being written over. Its bytes are compared before any is written (see
+/// [`super::earlier`]); from the first chunk that differs on, the rest is written.
 struct Earlier {
-    /// Its length when this run took it.
-    len: u64,
+    bytes: EarlierBytes,
     /// Bytes from its start known to be what this run writes; `u64::MAX` while it is still being compared.
     same_until: u64,
-    /// The part of it mapped to be compared, and where that part starts.
-    window: Option<(u64, memmap2::Mmap)>,
 }
-
-/// How much of the earlier file is mapped at a time. Unmapping interrupts every other core that runs one of this
-/// process's threads (a TLB shootdown), so not a mapping per chunk (chunks of distinct stacks are small); reading
-/// the bytes into a buffer instead cost a third more than writing them anew. A mapped window counts towards the
-/// peak RSS.
-const WINDOW_BYTES: u64 = 2 << 20;
 
 impl Earlier {
     fn of(file: &File) -> Earlier {
-        let len = file.metadata().map_or(0, |m| m.len());
-        Earlier { len, same_until: if len > 0 { u64::MAX } else { 0 }, window: None }
+        let bytes = EarlierBytes::of(file);
+        let same_until = if bytes.len() > 0 { u64::MAX } else { 0 };
+        Earlier { bytes, same_until }
     }
 
     /// Whether the file holds `slices` at `at` already. At the first chunk that differs (or lies beyond its end),
@@ -102,84 +105,72 @@ impl Earlier {
         if self.same_until != u64::MAX {
             return Ok(false);
         }
-        let chunk_len: u64 = slices.iter().map(|s| s.len() as u64).sum();
-        if chunk_len == 0 {
-            return Ok(true);
-        }
-        if at + chunk_len <= self.len && self.compare(file, at, slices).unwrap_or(false) {
+        if slices.iter().all(|s| s.is_empty()) || self.bytes.holds(file, at, slices).unwrap_or(false) {
             return Ok(true);
         }
         self.same_until = at;
-        self.window = None;
+        self.bytes.unmap();
         let mut file = file;
         file.seek(SeekFrom::Start(at))?;
         Ok(false)
     }
-
-    /// Whether `file` holds `slices` from `at` on (which lie within its length).
-    fn compare(&mut self, file: &File, at: u64, slices: &[IoSlice]) -> std::io::Result<bool> {
-        let mut at = at;
-        for slice in slices {
-            let mut rest: &[u8] = slice;
-            while !rest.is_empty() {
-                let held = self.mapped_from(file, at)?;
-                let n = held.len().min(rest.len());
-                if held[..n] != rest[..n] {
-                    return Ok(false);
-                }
-                rest = &rest[n..];
-                at += n as u64;
-            }
-        }
-        Ok(true)
-    }
-
-    /// The file's bytes from `at` (within its length) to the end of the window that holds them, mapped first if
-    /// the window does not.
-    fn mapped_from(&mut self, file: &File, at: u64) -> std::io::Result<&[u8]> {
-        let held = |w: &(u64, memmap2::Mmap)| at >= w.0 && at - w.0 < w.1.len() as u64;
-        if !self.window.as_ref().is_some_and(held) {
-            // One window at a time: the one before is unmapped first.
-            self.window = None;
-            let page = crate::prefault::page_size() as u64;
-            let start = at - at % page;
-            let len = WINDOW_BYTES.min(self.len - start) as usize;
-            // SAFETY: the file is this process's own: `SetAside::write_over` took it only as a plain file of this
-            // user with no other name, and renamed it into the staging folder. Only root or this user truncating it
-            // there while it is compared could end the run (SIGBUS, as for perf.data: docs/SECURITY.md). The
-            // window lies within the length it had when taken.
-            let map = unsafe { memmap2::MmapOptions::new().offset(start).len(len).populate().map(file)? };
-            self.window = Some((start, map));
-        }
-        let (start, map) = self.window.as_ref().expect("mapped above");
-        Ok(&map[(at - start) as usize..])
-    }
 }
 
-/// The compressor thread: perf_script.out as the archive's first entry, compressed as it comes. Returns the
-/// archive and the script's length.
+/// The compressor thread: perf_script.out as the archive's first entry, compressed as it comes ([`Encoder`]).
+/// Returns the archive and the script's length.
+///
+/// While every chunk is as the earlier run wrote it, nothing is compressed (their CRC is taken): if the whole text
+/// is, `earlier` (what the earlier run archived) holds it compressed already, and its bytes are copied. From the
+/// first chunk that differs, or where the earlier archive does not hold the text after all, the bytes passed by are
+/// compressed from `script` (the file being written, which holds them).
 pub fn compress(
-    chunks: mpsc::Receiver<Chunk>,
+    chunks: mpsc::Receiver<Written>,
     recycle: mpsc::Sender<Chunk>,
     mut archive: Tarball,
+    script: &Dir,
+    earlier: impl FnOnce() -> Option<File>,
 ) -> Result<(Tarball, u64)> {
     let started = Instant::now();
-    let mut deflater = RepeatDeflater::new();
-    let (mut len, mut compressed) = (0u64, 0u64);
-    for chunk in chunks {
-        for sample in chunk.samples() {
-            deflater.feed(sample.header, sample.header_spans);
-            deflater.feed_stack(sample.stack, sample.stack_lines);
+    let mut encoder = Encoder::default();
+    let mut len = 0u64;
+    // While the chunks are as before: the earlier archive and the CRC of the chunks passed by.
+    let mut passing: Option<(File, Crc)> = None;
+    let mut earlier = Some(earlier);
+    for Written { chunk, as_before } in chunks {
+        if let Some(earlier) = earlier.take().filter(|_| as_before) {
+            passing = holding_a_streamed_entry(earlier()).map(|archive| (archive, Crc::new()));
         }
-        let out = deflater.take_output();
-        compressed += out.len() as u64;
-        archive.write_streamed(&out)?;
+        match (&mut passing, as_before) {
+            (Some((_, crc)), true) => {
+                let mut slices = Vec::new();
+                chunk.pieces(&mut slices);
+                slices.iter().for_each(|s| crc.update(s));
+            }
+            (Some(_), false) => {
+                passing = None;
+                encoder.feed_file(&mut archive, script, len)?;
+                encoder.feed_chunk(&mut archive, &chunk)?;
+            }
+            (None, _) => encoder.feed_chunk(&mut archive, &chunk)?,
+        }
         len += chunk.len as u64;
         let _ = recycle.send(chunk);
     }
-    let (tail, crc) = deflater.finish();
-    compressed += tail.len() as u64;
-    archive.end_streamed(&tail, &crc, len)?;
+    if let Some((earlier, crc)) = passing {
+        let crc = crc.finalize();
+        if let Some(content) = Segment::reused(earlier, Indexed::Streamed, len, None, || Some(crc)) {
+            archive.end_streamed_with(&content)?;
+            tracing::debug!(
+                "perf_script.out's entry taken from the earlier {} in {:.1?} ({})",
+                report::ARCHIVE_FILE,
+                started.elapsed(),
+                thread_cpu()
+            );
+            return Ok((archive, len));
+        }
+        encoder.feed_file(&mut archive, script, len)?;
+    }
+    let compressed = encoder.finish(&mut archive, len)?;
     tracing::debug!(
         "perf_script.out compressed to {:.2} MB in {:.1?} ({})",
         compressed as f64 / 1e6,
@@ -187,6 +178,139 @@ pub fn compress(
         thread_cpu()
     );
     Ok((archive, len))
+}
+
+/// An earlier archive whose index says where its streamed entry (perf_script.out) lies.
+fn holding_a_streamed_entry(archive: Option<File>) -> Option<File> {
+    let archive = archive?;
+    ArchiveIndex::read(&archive)?.get(Indexed::Streamed)?;
+    Some(archive)
+}
+
+/// perf_script.out's compressed bytes, as segments (see [`crate::archive::deflate`]) made by the encoder that suits
+/// the text:
+/// - [`RepeatDeflater`] for chunks of shared stacks: they repeat whole, which the chunk's hints say, and matching by
+///   the hints is several times faster than searching;
+/// - [`EchoDeflater`], which searches, for chunks of stacks the symbolizer did not share (nearly every stack
+///   distinct): what repeats there is parts of lines (an address's first digits, a name), which the hints do not
+///   tell. On 44k distinct stacks of a C program, as fast as the hints and a third of the size (3.2 MB, not 11.4).
+///   Also for bytes that come without hints (read back from the file).
+///
+/// A change of encoder ends a segment.
+#[derive(Default)]
+struct Encoder {
+    current: Option<Deflater>,
+    /// The CRC of the segments ended.
+    ended: Option<Crc>,
+    compressed: u64,
+}
+
+enum Deflater {
+    Repeat(RepeatDeflater),
+    Echo(EchoDeflater),
+}
+
+impl Encoder {
+    fn feed_chunk(&mut self, archive: &mut Tarball, chunk: &Chunk) -> Result<()> {
+        if chunk.mostly_unshared_stacks() {
+            let echo = self.echo(archive)?;
+            let mut slices = Vec::new();
+            chunk.pieces(&mut slices);
+            slices.iter().for_each(|s| echo.feed(s));
+        } else {
+            let repeat = match &mut self.current {
+                Some(Deflater::Repeat(repeat)) => repeat,
+                _ => {
+                    self.end_segment(archive)?;
+                    let Deflater::Repeat(repeat) = self.current.insert(Deflater::Repeat(RepeatDeflater::new())) else {
+                        unreachable!("just made")
+                    };
+                    repeat
+                }
+            };
+            for sample in chunk.samples() {
+                repeat.feed(sample.header, sample.header_spans);
+                repeat.feed_stack(sample.stack, sample.stack_lines);
+            }
+        }
+        self.write_output(archive)
+    }
+
+    /// Compresses the first `len` bytes of perf_script.out from the file in `dir` (which holds them: the earlier
+    /// run wrote them as this one would have): the hints that came with them are gone.
+    fn feed_file(&mut self, archive: &mut Tarball, dir: &Dir, len: u64) -> Result<()> {
+        const READ: u64 = 128 << 10;
+        let started = Instant::now();
+        let path = dir.shown(report::PERF_SCRIPT_FILE);
+        let (file, _) = dir.open_input(report::PERF_SCRIPT_FILE, Limit::NONE)?;
+        let mut at = 0u64;
+        while at < len {
+            let n = READ.min(len - at) as usize;
+            let echo = self.echo(archive)?;
+            let space = &mut echo.space(n)[..n];
+            file.read_exact_at(space, at).with_context(|| format!("cannot read {}", path.display()))?;
+            echo.filled(n);
+            let waiting = echo.waiting().1.len();
+            echo.encode(waiting, &[]);
+            self.write_output(archive)?;
+            at += n as u64;
+        }
+        tracing::debug!(
+            "the first {len} bytes of perf_script.out compressed from the file in {:.1?}",
+            started.elapsed()
+        );
+        Ok(())
+    }
+
+    /// The searching encoder, after ending the other's segment.
+    fn echo(&mut self, archive: &mut Tarball) -> Result<&mut EchoDeflater> {
+        if !matches!(self.current, Some(Deflater::Echo(_))) {
+            self.end_segment(archive)?;
+            self.current = Some(Deflater::Echo(EchoDeflater::new()));
+        }
+        match &mut self.current {
+            Some(Deflater::Echo(echo)) => Ok(echo),
+            _ => unreachable!("just made"),
+        }
+    }
+
+    fn write_output(&mut self, archive: &mut Tarball) -> Result<()> {
+        let out = match &mut self.current {
+            Some(Deflater::Repeat(d)) => d.take_output(),
+            Some(Deflater::Echo(d)) => d.take_output(),
+            None => return Ok(()),
+        };
+        self.compressed += out.len() as u64;
+        archive.write_streamed(&out)
+    }
+
+    /// Ends the current segment, if any.
+    fn end_segment(&mut self, archive: &mut Tarball) -> Result<()> {
+        let (tail, crc) = match self.current.take() {
+            Some(Deflater::Repeat(d)) => d.finish(),
+            Some(Deflater::Echo(d)) => d.finish(),
+            None => return Ok(()),
+        };
+        self.compressed += tail.len() as u64;
+        archive.write_streamed(&tail)?;
+        match &mut self.ended {
+            Some(ended) => ended.combine(&crc),
+            None => self.ended = Some(crc),
+        }
+        Ok(())
+    }
+
+    /// Ends the streamed entry (`len` bytes); returns the compressed size.
+    fn finish(mut self, archive: &mut Tarball, len: u64) -> Result<u64> {
+        if self.current.is_none() {
+            // An empty text still ends a segment.
+            self.current = Some(Deflater::Repeat(RepeatDeflater::new()));
+        }
+        self.end_segment(archive)?;
+        let crc = self.ended.take().expect("a segment ended");
+        archive.end_streamed(&[], &crc, len)?;
+        Ok(self.compressed)
+    }
 }
 
 /// Disk blocks reserved for a file ahead of its writes (`fallocate`, size unchanged). Writing into reserved blocks
@@ -244,8 +368,11 @@ fn write_all_vectored(file: &mut File, mut slices: &mut [IoSlice]) -> std::io::R
 
 #[cfg(test)]
 mod tests {
-    use super::{Earlier, WINDOW_BYTES};
+    use super::super::earlier::WINDOW_BYTES;
+    use super::super::sample_sink::{Chunk, SampleSink};
+    use super::*;
     use crate::archive::deflate::{deflate_segment, inflate_segment as inflate, Codec, RepeatDeflater};
+    use crate::report::profile::ReportOptions;
     use crate::report::script::{RenderedStack, ScriptOptions, ScriptWriter};
     use crate::symbolize::{Frame, FrameKind, ResolvedSample, Stack};
     use flate2::Compression;
@@ -285,11 +412,11 @@ mod tests {
         assert!(!earlier.holds(&file, text.len() as u64 - 10, &beyond).unwrap());
     }
 
-    /// Samples as the outputs stream renders them: header lines (fed with their spans) and stack texts (fed by
-    /// their piece ids), from stacks that repeat near and far, share tails, come and go, shared or not.
-    #[test]
-    fn stack_texts_round_trip_and_repeats_become_matches() {
-        let mut rng = crate::random_inputs::Rng::new(0x9e37_79b9_7f4a_7c15);
+    /// `n` samples of 300 stacks over 20 call paths (shared tails, leaves at a few addresses, depths 0 to 120):
+    /// mostly a few hot stacks, sometimes any. `unshared(i)` says how likely sample `i`'s stack comes unshared (the
+    /// symbolizer's cache stopped paying: no ids for its rests), in percent.
+    fn random_samples(seed: u64, n: u64, unshared: impl Fn(u64) -> u64) -> Vec<ResolvedSample> {
+        let mut rng = crate::random_inputs::Rng::new(seed);
         let mut next = move |n: u64| rng.below(n as usize) as u64;
         let names: Vec<Arc<str>> = (0..60).map(|i| Arc::from(format!("Namespace.Type{i}::Method{i}(int32)"))).collect();
         let modules: Vec<Arc<str>> = (0..4).map(|i| Arc::from(format!("/usr/lib/lib{i}.so"))).collect();
@@ -302,7 +429,6 @@ mod tests {
                 FrameKind::Native,
             )
         };
-        // 300 stacks over 20 call paths: shared tails, leaves at a few addresses, depths 0 to 120.
         let paths: Vec<Vec<usize>> =
             (0..20).map(|p| (0..[0, 1, 5, 20, 120][p % 5]).map(|_| next(60) as usize).collect()).collect();
         let stacks: Vec<Stack> = (0..300)
@@ -317,30 +443,41 @@ mod tests {
             .collect();
         let comm: Arc<str> = Arc::from("app");
         let event: Arc<str> = Arc::from("cpu-clock");
+        (0..n)
+            .map(|i| {
+                let stack = if next(4) == 0 { next(300) } else { next(6) } as usize;
+                ResolvedSample {
+                    pid: 7,
+                    tid: 7 + next(3) as u32,
+                    cpu: next(2) as u32,
+                    time: 1_000_000_000 + i * 1_000_123,
+                    period: 1_000_000,
+                    off_cpu: None,
+                    comm: comm.clone(),
+                    event: event.clone(),
+                    frames: match next(100) < unshared(i) {
+                        true => Stack::from(stacks[stack].to_vec()),
+                        false => stacks[stack].clone(),
+                    },
+                }
+            })
+            .collect()
+    }
+
+    /// Samples as the outputs stream renders them: header lines (fed with their spans) and stack texts (fed by
+    /// their piece ids), from stacks that repeat near and far, share tails, come and go, shared or not.
+    #[test]
+    fn stack_texts_round_trip_and_repeats_become_matches() {
         let mut writer = ScriptWriter::new(&ScriptOptions::default());
         let mut deflater = RepeatDeflater::new();
         let mut text = Vec::new();
         let (mut header, mut spans, mut own_lines) = (Vec::new(), Vec::new(), Vec::new());
         let mut out = Vec::new();
-        for i in 0..6000u64 {
-            // Mostly a few hot stacks, sometimes any.
-            let stack = if next(4) == 0 { next(300) } else { next(6) } as usize;
-            let sample = ResolvedSample {
-                pid: 7,
-                tid: 7 + next(3) as u32,
-                cpu: next(2) as u32,
-                time: 1_000_000_000 + i * 1_000_123,
-                period: 1_000_000,
-                off_cpu: None,
-                comm: comm.clone(),
-                event: event.clone(),
-                // Some stacks come unshared (the symbolizer's cache stopped paying): no ids for their rests.
-                frames: if next(5) == 0 { Stack::from(stacks[stack].to_vec()) } else { stacks[stack].clone() },
-            };
+        for (i, sample) in random_samples(0x9e37_79b9_7f4a_7c15, 6000, |_| 20).iter().enumerate() {
             header.clear();
             spans.clear();
             own_lines.clear();
-            match writer.render(&sample, &mut header, Some(&mut spans), &mut own_lines) {
+            match writer.render(sample, &mut header, Some(&mut spans), &mut own_lines) {
                 RenderedStack::Shared(stack) => {
                     deflater.feed(&header, &spans);
                     deflater.feed_stack(&stack.text, &stack.lines);
@@ -364,5 +501,87 @@ mod tests {
         assert_eq!(crc.finalize(), crc32fast::hash(&text));
         let (zlib_fast, _) = deflate_segment(Codec::Miniz(Compression::fast()), [&text[..]]);
         assert!(out.len() < zlib_fast.len() * 2, "{} of {} bytes (zlib: {})", out.len(), text.len(), zlib_fast.len());
+    }
+
+    /// The chunks the report stage makes of `samples`, and their text.
+    fn chunks_of(samples: &mut [ResolvedSample]) -> (Vec<Chunk>, Vec<u8>) {
+        let (to_writer, chunks) = mpsc::sync_channel(samples.len() + 1);
+        let (_recycle, recycled) = mpsc::channel();
+        let mut sink = SampleSink::new(&ReportOptions::default(), to_writer, recycled);
+        for sample in samples.iter_mut() {
+            sink.take(sample).unwrap();
+        }
+        sink.finish().unwrap();
+        let chunks: Vec<Chunk> = chunks.into_iter().collect();
+        let mut text = Vec::new();
+        for chunk in &chunks {
+            let mut slices = Vec::new();
+            chunk.pieces(&mut slices);
+            slices.iter().for_each(|s| text.extend_from_slice(s));
+        }
+        (chunks, text)
+    }
+
+    /// An archive `name` in `dir` made by the compressor of `chunks`, the first `as_before` of them as the earlier
+    /// run wrote them, with `earlier` as the earlier archive. Returns its perf_script.out and its streamed entry's
+    /// compressed bytes.
+    fn compressed(dir: &Dir, name: &str, chunks: Vec<Chunk>, as_before: usize, earlier: &str) -> (Vec<u8>, Vec<u8>) {
+        let archive = Tarball::create(dir, name).unwrap();
+        let (to_compressor, written) = mpsc::sync_channel(chunks.len());
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            to_compressor.send(Written { chunk, as_before: i < as_before }).unwrap();
+        }
+        drop(to_compressor);
+        let (recycle, _recycled) = mpsc::channel();
+        let earlier = || File::open(dir.shown(earlier)).ok();
+        let (archive, len) = compress(written, recycle, archive, dir, earlier).unwrap();
+        archive
+            .finish(&crate::archive::tarball::tar_header(Path::new("perf_script.out"), len, 0, false).unwrap())
+            .unwrap();
+        let file = File::open(dir.shown(name)).unwrap();
+        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(&file));
+        let mut entry = tar.entries().unwrap().next().unwrap().unwrap();
+        assert_eq!(entry.path().unwrap(), Path::new("perf_script.out"));
+        let mut text = Vec::new();
+        std::io::Read::read_to_end(&mut entry, &mut text).unwrap();
+        let index = ArchiveIndex::read(&file).unwrap().get(Indexed::Streamed).expect("the streamed entry indexed");
+        let mut bytes = vec![0; index.compressed_len as usize];
+        file.read_exact_at(&mut bytes, index.at).unwrap();
+        (text, bytes)
+    }
+
+    /// The compressor's ways with perf_script.out: chunks of shared and of unshared stacks (one encoder each, a
+    /// segment per change), an earlier archive's entry copied where every chunk is as before and it holds them, and
+    /// the bytes passed by compressed from the file where a chunk differs or it does not.
+    #[test]
+    fn the_script_entry_is_compressed_copied_or_caught_up_from_the_file() {
+        let scratch = tempfile::tempdir().unwrap();
+        let dir = Dir::open(scratch.path()).unwrap();
+        // Shared stacks, then unshared ones, then shared again.
+        let mixed = |seed| random_samples(seed, 3000, |i| if (1000..2000).contains(&i) { 100 } else { 5 });
+        let (chunks, text) = chunks_of(&mut mixed(1));
+        assert!(chunks.len() > 6 && chunks.iter().any(|c| c.mostly_unshared_stacks()));
+        assert!(chunks.iter().filter(|c| !c.mostly_unshared_stacks()).count() > 2);
+        dir.write_file("perf_script.out", &text).unwrap();
+
+        let (unpacked, fresh) = compressed(&dir, "fresh.tar.gz", chunks_of(&mut mixed(1)).0, 0, "none");
+        assert!(unpacked == text, "compressed anew");
+        let (unpacked, copied) =
+            compressed(&dir, "copied.tar.gz", chunks_of(&mut mixed(1)).0, usize::MAX, "fresh.tar.gz");
+        assert!(unpacked == text && copied == fresh, "taken from the earlier archive");
+        for as_before in [1, 3, 5] {
+            let (unpacked, _) =
+                compressed(&dir, "caught-up.tar.gz", chunks_of(&mut mixed(1)).0, as_before, "fresh.tar.gz");
+            assert!(unpacked == text, "{as_before} chunks as before, then compressed");
+            dir.remove_file("caught-up.tar.gz").unwrap();
+        }
+        // Every chunk as before, but the earlier archive holds another text (or none): compressed from the file.
+        let (_, other) = chunks_of(&mut mixed(2));
+        compressed(&dir, "other.tar.gz", chunks_of(&mut mixed(2)).0, 0, "none");
+        for earlier in ["other.tar.gz", "none"] {
+            let (unpacked, _) = compressed(&dir, "stale.tar.gz", chunks_of(&mut mixed(1)).0, usize::MAX, earlier);
+            assert!(unpacked == text && other != text, "an earlier archive of another text ({earlier}) was believed");
+            dir.remove_file("stale.tar.gz").unwrap();
+        }
     }
 }
