@@ -543,8 +543,7 @@ fn small_outputs(
         Segment::of_entries(Codec::Miniz(Compression::fast()), &entries, last)
     };
     // Written and compressed a piece at a time: with nearly every stack distinct, the folded stacks are as large as
-    // the recording.
-    // An earlier run's file that holds the same stacks stays in place (see [`earlier`]).
+    // the recording. An earlier run's file that holds the same stacks stays in place instead ([`SameOrNew`]).
     let write_folded = || -> Result<(Vec<PathBuf>, Vec<KeptOutput>, Segment)> {
         let mut files = vec![(PathBuf::from(report::FOLDED_FILE), folded)];
         files.extend(threads.iter().map(|(tid, _, thread)| (report::thread_folded_file(*tid).into(), thread)));
