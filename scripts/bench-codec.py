@@ -2,7 +2,8 @@
 """What profcpu's purpose-built encoders buy against a general one, on the same files.
 
 profcpu compresses the two large entries of prof.tar.gz with encoders of its own (src/archive/deflate/):
-perf_script.out with RepeatDeflater (matches from the repeat hints of the report stage, no search) and perf.data with
+perf_script.out with RepeatDeflater (matches from the repeat hints of the report stage, no search) where its chunks
+are of shared stacks and with EchoDeflater (one hash probe per position) where they are not, and perf.data with
 EchoDeflater (matches from the stack-copy echoes perf_data::echoes finds, one hash probe elsewhere). This runs
 `profcpu -vv postprocess -dir DIR` RUNS times (each after removing DIR/prof.tar.gz, which the run writes again, so
 that perf.data is compressed anew and not copied from it) and takes, for each of the two, the compressed size and the least thread
@@ -59,7 +60,7 @@ def main():
 
     print(f"| file | size | profcpu encoder: MB, CPU ms | flate2 zlib-rs level 1: MB, CPU ms | CPU ratio |")
     print("|---|---|---|---|---|")
-    for name, encoder in [("perf_script.out", "RepeatDeflater"), ("perf.data", "EchoDeflater")]:
+    for name, encoder in [("perf_script.out", "Repeat/EchoDeflater"), ("perf.data", "EchoDeflater")]:
         size, z_mb, z_ms = theirs[name]
         mb, ms = ours[name]
         print(f"| {name} | {size / 1e6:.1f} MB | {encoder}: {mb:.2f} MB, {ms:.1f} ms | {z_mb:.2f} MB, {z_ms:.1f} ms "
