@@ -8,7 +8,7 @@
 //!   distinct). perf_script.out is written over instead ([`super::script_file`]).
 
 use crate::fs::{Dir, Staging};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use std::fs::File;
 use std::io::{IoSlice, Read, Write};
 use std::path::Path;
@@ -147,8 +147,11 @@ impl<'a> SameOrNew<'a> {
         let Some((mut file, mut earlier)) = self.earlier.take() else { return Ok(()) };
         earlier.unmap();
         let mut new = self.create()?;
+        let shown = self.staging.shown(self.name);
         let copied = std::io::copy(&mut (&mut file).take(self.len), &mut new);
-        copied.with_context(|| format!("cannot write {}", self.staging.shown(self.name).display()))?;
+        if copied.with_context(|| format!("cannot write {}", shown.display()))? != self.len {
+            bail!("the earlier {} became shorter while it was compared", self.name.display());
+        }
         self.new = Some(new);
         Ok(())
     }
