@@ -212,25 +212,17 @@ enum Deflater {
 
 impl Encoder {
     fn feed_chunk(&mut self, archive: &mut Tarball, chunk: &Chunk) -> Result<()> {
-        if chunk.mostly_unshared_stacks() {
-            let echo = self.echo(archive)?;
-            let mut slices = Vec::new();
-            chunk.pieces(&mut slices);
-            slices.iter().for_each(|s| echo.feed(s));
-        } else {
-            let repeat = match &mut self.current {
-                Some(Deflater::Repeat(repeat)) => repeat,
-                _ => {
-                    self.end_segment(archive)?;
-                    let Deflater::Repeat(repeat) = self.current.insert(Deflater::Repeat(RepeatDeflater::new())) else {
-                        unreachable!("just made")
-                    };
-                    repeat
+        match self.deflater(archive, chunk.mostly_unshared_stacks())? {
+            Deflater::Echo(echo) => {
+                let mut slices = Vec::new();
+                chunk.pieces(&mut slices);
+                slices.iter().for_each(|s| echo.feed(s));
+            }
+            Deflater::Repeat(repeat) => {
+                for sample in chunk.samples() {
+                    repeat.feed(sample.header, sample.header_spans);
+                    repeat.feed_stack(sample.stack, sample.stack_lines);
                 }
-            };
-            for sample in chunk.samples() {
-                repeat.feed(sample.header, sample.header_spans);
-                repeat.feed_stack(sample.stack, sample.stack_lines);
             }
         }
         self.write_output(archive)
@@ -246,7 +238,7 @@ impl Encoder {
         let mut at = 0u64;
         while at < len {
             let n = READ.min(len - at) as usize;
-            let echo = self.echo(archive)?;
+            let Deflater::Echo(echo) = self.deflater(archive, true)? else { unreachable!("a searching encoder") };
             let space = &mut echo.space(n)[..n];
             file.read_exact_at(space, at).with_context(|| format!("cannot read {}", path.display()))?;
             echo.filled(n);
@@ -262,16 +254,15 @@ impl Encoder {
         Ok(())
     }
 
-    /// The searching encoder, after ending the other's segment.
-    fn echo(&mut self, archive: &mut Tarball) -> Result<&mut EchoDeflater> {
-        if !matches!(self.current, Some(Deflater::Echo(_))) {
+    /// The searching encoder (`searching`) or the one that takes hints, after ending the other's segment.
+    fn deflater(&mut self, archive: &mut Tarball, searching: bool) -> Result<&mut Deflater> {
+        if self.current.as_ref().is_some_and(|d| matches!(d, Deflater::Echo(_)) != searching) {
             self.end_segment(archive)?;
-            self.current = Some(Deflater::Echo(EchoDeflater::new()));
         }
-        match &mut self.current {
-            Some(Deflater::Echo(echo)) => Ok(echo),
-            _ => unreachable!("just made"),
-        }
+        Ok(self.current.get_or_insert_with(|| match searching {
+            true => Deflater::Echo(EchoDeflater::new()),
+            false => Deflater::Repeat(RepeatDeflater::new()),
+        }))
     }
 
     fn write_output(&mut self, archive: &mut Tarball) -> Result<()> {
@@ -302,10 +293,8 @@ impl Encoder {
 
     /// Ends the streamed entry (`len` bytes); returns the compressed size.
     fn finish(mut self, archive: &mut Tarball, len: u64) -> Result<u64> {
-        if self.current.is_none() {
-            // An empty text still ends a segment.
-            self.current = Some(Deflater::Repeat(RepeatDeflater::new()));
-        }
+        // An empty text still ends a segment.
+        self.current.get_or_insert_with(|| Deflater::Repeat(RepeatDeflater::new()));
         self.end_segment(archive)?;
         let crc = self.ended.take().expect("a segment ended");
         archive.end_streamed(&[], &crc, len)?;
