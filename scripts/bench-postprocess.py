@@ -145,9 +145,11 @@ def collect(profcpu, work, target_args, seconds, freq):
 def perf_record(work, pid, seconds, freq):
     run_dir = os.path.join(work, f"perf-record-{len(os.listdir(work))}")
     os.makedirs(run_dir)
-    subprocess.run(["perf", "record", "-q", "-g", "-F", str(freq), "-p", str(pid), "-o",
-                    os.path.join(run_dir, "perf.data"), "--", "sleep", str(seconds)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    done = subprocess.run(["perf", "record", "-q", "-g", "-F", str(freq), "-p", str(pid), "-o",
+                           os.path.join(run_dir, "perf.data"), "--", "sleep", str(seconds)],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        die(f"perf record -p {pid} failed (exit {done.returncode}): {done.stderr.strip()[-500:] or 'no message'}")
     return run_dir
 
 

@@ -3,7 +3,7 @@
 //! as zero: the table is then "hidden" and kernel frames can only be shown as `[kernel]`.
 
 use super::ranges::{Range, RangeTable};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Size given to the last symbol, which has no successor to end it (perf uses a page as well).
 const LAST_SYMBOL_SIZE: u64 = 4096;
@@ -13,9 +13,10 @@ const BLOCK_LINES: usize = 64;
 
 /// The kernel's code symbols. A kallsyms file holds over 100,000 of them and a profile hits a few dozen, so they
 /// are looked up in the file's text itself: the kernel lists its own symbols in address order, so that part is
-/// searched by halving through a small index (one entry per [`BLOCK_LINES`] lines); only what follows it (module
-/// and BPF symbols, in no order) is sorted into a table. A symbol's name and module are read from its line when it
-/// is looked up.
+/// searched by halving through a small index, of a line per page of it where only the pages lookups land in are
+/// read ([`Pages`]), or of every [`BLOCK_LINES`]th line ([`Listing`]); only what follows it (module and BPF
+/// symbols, in no order) is sorted into a table. A symbol's name and module are read from its line when it is
+/// looked up.
 #[derive(Debug, Default)]
 pub struct KernelSymbols {
     text: Text,
@@ -62,6 +63,8 @@ impl std::ops::Deref for Text {
 #[derive(Debug)]
 enum Index {
     Listing(Listing),
+    /// A long listing, read where lookups land.
+    Pages(Pages),
     /// A capture's saved symbols, each with its own end: a table of their lines.
     Ranges(RangeTable<u32>),
 }
@@ -153,6 +156,46 @@ impl SortedPart {
         }
         part.end = at;
         part
+    }
+}
+
+/// The lines after the sorted part, in any order and any layout the general split reads: their code symbols,
+/// `(start, line)` by start, the first listed of each start.
+struct Rest {
+    code: Vec<(u64, u32)>,
+    listed: usize,
+    any_nonzero: bool,
+}
+
+impl Rest {
+    fn read(bytes: &[u8], from: usize) -> Rest {
+        let mut rest = Rest { code: Vec::new(), listed: 0, any_nonzero: false };
+        let mut at = from;
+        while at < bytes.len() && at <= u32::MAX as usize {
+            let (fields, next) = match fixed_line(bytes, at) {
+                Some((addr, kind, next)) => (Some((addr, kind)), next),
+                None => {
+                    let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
+                    let line = String::from_utf8_lossy(&bytes[at..end]);
+                    let fields = kallsyms_fields(&line).and_then(|(addr, kind, ..)| {
+                        Some((parse_address(addr)?, kind.as_bytes()[0] * (kind.len() == 1) as u8))
+                    });
+                    (fields, end + 1)
+                }
+            };
+            let line = at as u32;
+            at = next;
+            let Some((addr, kind)) = fields else { continue };
+            rest.listed += 1;
+            rest.any_nonzero |= addr != 0;
+            if is_code(kind) && addr != 0 {
+                rest.code.push((addr, line));
+            }
+        }
+        // The stable sort keeps the first listed of a start first.
+        rest.code.sort_by_key(|&(addr, _)| addr);
+        rest.code.dedup_by_key(|&mut (addr, _)| addr);
+        rest
     }
 }
 
@@ -261,42 +304,12 @@ impl KernelSymbols {
 
     fn from_text(text: Text) -> KernelSymbols {
         let bytes: &[u8] = &text;
-        let SortedPart { end: mut at, mut blocks, mut listed, mut any_nonzero } = SortedPart::scan(bytes);
-        let sorted_end = at;
-        let mut code_from_here = u64::MAX;
-        for block in blocks.iter_mut().rev() {
-            code_from_here = code_from_here.min(block.code_from_here);
-            block.code_from_here = code_from_here;
+        if let Some(pages) = Pages::index(bytes) {
+            return KernelSymbols { text, index: Index::Pages(pages), hidden: false };
         }
-        // The rest, in any order and any layout the general split reads.
-        let mut rest = Vec::new();
-        while at < bytes.len() && at <= u32::MAX as usize {
-            let (fields, next) = match fixed_line(bytes, at) {
-                Some((addr, kind, next)) => (Some((addr, kind)), next),
-                None => {
-                    let end = memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
-                    let line = String::from_utf8_lossy(&bytes[at..end]);
-                    let fields = kallsyms_fields(&line).and_then(|(addr, kind, ..)| {
-                        Some((parse_address(addr)?, kind.as_bytes()[0] * (kind.len() == 1) as u8))
-                    });
-                    (fields, end + 1)
-                }
-            };
-            let line = at as u32;
-            at = next;
-            let Some((addr, kind)) = fields else { continue };
-            listed += 1;
-            any_nonzero |= addr != 0;
-            if is_code(kind) && addr != 0 {
-                rest.push((addr, line));
-            }
-        }
-        // The stable sort keeps the first listed of a start first.
-        rest.sort_by_key(|&(addr, _)| addr);
-        rest.dedup_by_key(|&mut (addr, _)| addr);
+        let (listing, listed, any_nonzero) = Listing::read(bytes);
         let hidden = listed > 0 && !any_nonzero;
-        let index = Index::Listing(Listing { sorted_end, blocks, rest });
-        KernelSymbols { text, index, hidden }
+        KernelSymbols { text, index: Index::Listing(listing), hidden }
     }
 
     /// A table of `(start, end, name, module)` entries (a capture's saved symbols).
@@ -328,25 +341,11 @@ impl KernelSymbols {
     /// The range and line of the code symbol holding `addr`: the highest code start at or below it (the first
     /// listed of that start), ending at the next code start, or a page on for the last.
     fn find(&self, addr: u64) -> Option<(u64, u64, u32)> {
-        let listing = match &self.index {
-            Index::Ranges(table) => return table.lookup(addr).map(|r| (r.start, r.end, r.value)),
-            Index::Listing(listing) => listing,
-        };
-        let sorted = listing.floor(&self.text, addr);
-        let i = listing.rest.partition_point(|&(start, _)| start <= addr);
-        let rest = i.checked_sub(1).map(|i| listing.rest[i]);
-        // On equal starts the sorted part's line was listed first.
-        let (start, line) = match (sorted, rest) {
-            (Some(s), Some(r)) if r.0 > s.0 => r,
-            (Some(s), _) => s,
-            (None, r) => r?,
-        };
-        let after_rest = listing.rest.get(listing.rest.partition_point(|&(s, _)| s <= start)).map(|&(s, _)| s);
-        let after = match (listing.next_after(&self.text, start), after_rest) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b).unwrap_or(start.saturating_add(LAST_SYMBOL_SIZE)),
-        };
-        (addr < after).then_some((start, after, line))
+        match &self.index {
+            Index::Ranges(table) => table.lookup(addr).map(|r| (r.start, r.end, r.value)),
+            Index::Listing(listing) => listing.find(&self.text, addr),
+            Index::Pages(pages) => pages.find(&self.text, addr),
+        }
     }
 
     /// Every symbol, in address order (each read from its line as for a lookup).
@@ -354,18 +353,8 @@ impl KernelSymbols {
     pub fn iter(&self) -> impl Iterator<Item = KernelSymbol> + '_ {
         let starts: Vec<u64> = match &self.index {
             Index::Ranges(table) => table.iter().map(|r| r.start).collect(),
-            Index::Listing(listing) => {
-                let mut starts: Vec<u64> = match listing.blocks.is_empty() {
-                    true => Vec::new(),
-                    false => {
-                        listing.lines(&self.text, 0).filter(|&(a, k, _)| is_code(k) && a != 0).map(|l| l.0).collect()
-                    }
-                };
-                starts.extend(listing.rest.iter().map(|&(start, _)| start));
-                starts.sort_unstable();
-                starts.dedup();
-                starts
-            }
+            Index::Listing(listing) => listing.starts(&self.text),
+            Index::Pages(pages) => pages.full(&self.text).starts(&self.text),
         };
         starts.into_iter().filter_map(|start| self.lookup(start))
     }
@@ -374,6 +363,8 @@ impl KernelSymbols {
         match &self.index {
             Index::Ranges(table) => table.is_empty(),
             Index::Listing(l) => l.rest.is_empty() && l.blocks.first().map_or(true, |b| b.code_from_here == u64::MAX),
+            // Made only of a text whose index shows a code symbol.
+            Index::Pages(_) => false,
         }
     }
 
@@ -407,16 +398,48 @@ impl KernelSymbols {
         if !meta.is_file() || !owner_ok || meta.len() > MAX_LEN || meta.len() == 0 {
             return None;
         }
-        // Mapped whole in one call (`populate`): reading the sorted part touches nearly every page, and faulting
-        // them in 16 at a time cost 0.2 ms more of the 2.4 ms it takes to load 5.4 MB.
+        // Not populated: lookups read a few pages of it ([`Pages`]).
         // SAFETY: a regular file of root or this user, which perf writes once and never changes in place.
-        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }.ok()?;
+        let map = unsafe { memmap2::Mmap::map(&file) }.ok()?;
         let symbols = Self::from_text(Text::Mapped(map));
         (!symbols.hidden && !symbols.is_empty()).then_some(symbols)
     }
 }
 
 impl Listing {
+    /// Reads every line of a kallsyms text; also returns how many lines listed a symbol and whether any address was
+    /// not zero.
+    fn read(bytes: &[u8]) -> (Listing, usize, bool) {
+        let SortedPart { end, mut blocks, listed, any_nonzero } = SortedPart::scan(bytes);
+        let mut code_from_here = u64::MAX;
+        for block in blocks.iter_mut().rev() {
+            code_from_here = code_from_here.min(block.code_from_here);
+            block.code_from_here = code_from_here;
+        }
+        let rest = Rest::read(bytes, end);
+        let listing = Listing { sorted_end: end, blocks, rest: rest.code };
+        (listing, listed + rest.listed, any_nonzero || rest.any_nonzero)
+    }
+
+    fn find(&self, text: &[u8], addr: u64) -> Option<(u64, u64, u32)> {
+        let floor = |addr| Ok::<_, std::convert::Infallible>(self.floor(text, addr));
+        find_in(&self.rest, addr, floor, |start| Ok(self.next_after(text, start)))
+            .unwrap_or_else(|never| match never {})
+    }
+
+    /// Every code start, in order.
+    #[cfg(test)]
+    fn starts(&self, text: &[u8]) -> Vec<u64> {
+        let mut starts: Vec<u64> = match self.blocks.is_empty() {
+            true => Vec::new(),
+            false => self.lines(text, 0).filter(|&(a, k, _)| is_code(k) && a != 0).map(|l| l.0).collect(),
+        };
+        starts.extend(self.rest.iter().map(|&(start, _)| start));
+        starts.sort_unstable();
+        starts.dedup();
+        starts
+    }
+
     /// The highest code start at or below `addr` in the sorted part, with the line of the first symbol listed there.
     fn floor(&self, text: &[u8], addr: u64) -> Option<(u64, u32)> {
         let b = self.blocks.partition_point(|b| b.first_addr <= addr).checked_sub(1)?;
@@ -468,6 +491,265 @@ impl Listing {
     }
 }
 
+/// The code symbol holding `addr`, from the sorted part's highest code start at or below an address (`floor`) and
+/// lowest above a start (`next_after`), and the table of the lines after it (`rest`). On equal starts the sorted
+/// part's line was listed first. `E`: what stops a lookup in the sorted part (see [`Pages`]).
+fn find_in<E>(
+    rest: &[(u64, u32)],
+    addr: u64,
+    floor: impl FnOnce(u64) -> Result<Option<(u64, u32)>, E>,
+    next_after: impl FnOnce(u64) -> Result<Option<u64>, E>,
+) -> Result<Option<(u64, u64, u32)>, E> {
+    let sorted = floor(addr)?;
+    let i = rest.partition_point(|&(start, _)| start <= addr);
+    let (start, line) = match (sorted, i.checked_sub(1).map(|i| rest[i])) {
+        (Some(s), Some(r)) if r.0 > s.0 => r,
+        (Some(s), _) => s,
+        (None, Some(r)) => r,
+        (None, None) => return Ok(None),
+    };
+    let after_rest = rest.get(rest.partition_point(|&(s, _)| s <= start)).map(|&(s, _)| s);
+    let after = match (next_after(start)?, after_rest) {
+        (Some(a), Some(b)) => a.min(b),
+        (a, b) => a.or(b).unwrap_or(start.saturating_add(LAST_SYMBOL_SIZE)),
+    };
+    Ok((addr < after).then_some((start, after, line)))
+}
+
+/// Bytes of text per entry of a [`Pages`] index.
+const PAGE_BYTES: usize = 4096;
+
+/// Texts shorter than this are read whole ([`Listing`]).
+const PAGED_FROM: usize = 16 * PAGE_BYTES;
+
+/// A long kallsyms text, read where lookups land. The kernel lists its own symbols (over 100,000 lines) in address
+/// order, so the index holds one line per page of the text, the first there at a new address; a lookup reads the
+/// lines of the page its address falls in (and of the pages around it, for the symbols before and after it),
+/// checking that they are in that order and layout. Reading every line first ([`Listing`]) was most of the time
+/// postprocess spent on kernel symbols (about 1.5 ms of CPU for 5.4 MB). The index's lines show that order up to
+/// where the text leaves it (or to its end); a lookup that finds lines between them out of order has the whole
+/// text read line by line, and reads as a [`Listing`] from then on. A text in order except in pages no lookup reads
+/// is read as if those were in order too.
+#[derive(Debug)]
+struct Pages {
+    /// Where each page's first line at a new address is, and that address: in order, the first at the text's start.
+    points: Vec<(u32, u64)>,
+    /// Where the lines in the kernel's order end.
+    sorted_end: usize,
+    /// The address of their last line: the highest.
+    last_addr: u64,
+    /// The code symbols after them, as [`Listing::rest`].
+    rest: Vec<(u64, u32)>,
+    /// The highest code start of the sorted part, with its line, once asked.
+    last_code: OnceLock<Option<(u64, u32)>>,
+    /// Each page's lines once read (a profile of the kernel can look up thousands of addresses).
+    read: Vec<OnceLock<Box<[Line]>>>,
+    /// The whole text read line by line, once a lookup found it out of order.
+    full: OnceLock<Listing>,
+}
+
+/// A lookup found a line out of the kernel's order or layout where the index showed the text in it.
+struct OutOfOrder;
+
+/// A line of a [`Pages`] text: address, type and place.
+type Line = (u64, u8, u32);
+
+/// What follows a point of a [`Pages`] index.
+enum Next {
+    /// Where it is, its address and type.
+    Point(u32, u64, u8),
+    /// The text ends in order.
+    End,
+    /// A line out of order or layout (the lines from the last point on then tell where the order ends).
+    Disorder,
+}
+
+impl Pages {
+    /// The index of `bytes`, if it is long and starts in the kernel's order with a code symbol among its points
+    /// (else it is read whole, which also tells a listing whose addresses are all hidden).
+    fn index(bytes: &[u8]) -> Option<Pages> {
+        if bytes.len() < PAGED_FROM || bytes.len() > u32::MAX as usize {
+            return None;
+        }
+        // The kernel lists its own symbols first, then those of modules and BPF programs (each line ending in a tab
+        // and the module's name), in the order they were loaded: those are read whole.
+        let own = &bytes[..Self::first_tabbed_line(bytes)];
+        let (first, kind, _) = own_line(own, 0)?;
+        let mut points = vec![(0u32, first)];
+        let mut shows_code = is_code(kind) && first != 0;
+        let mut page = PAGE_BYTES;
+        while page < own.len() {
+            let (last_at, last_addr) = points[points.len() - 1];
+            let last_at = last_at as usize;
+            // The line holding the page's first byte (at or after the last point).
+            let line = memchr::memrchr(b'\n', &own[last_at..page]).map_or(last_at, |i| last_at + i + 1);
+            match Self::next_point(own, line, last_addr) {
+                Next::Point(at, addr, kind) => {
+                    points.push((at, addr));
+                    shows_code |= is_code(kind) && addr != 0;
+                    page = (at as usize / PAGE_BYTES + 1) * PAGE_BYTES;
+                }
+                Next::End | Next::Disorder => break,
+            }
+        }
+        if !shows_code {
+            return None;
+        }
+        // The lines after the last point are all read: where the order ends, and the highest address before.
+        let (last_at, last_addr) = points[points.len() - 1];
+        let sorted_end = Self::in_order_until(own, last_at as usize, last_addr);
+        let last_line = memchr::memrchr(b'\n', &own[..sorted_end.checked_sub(1)?]).map_or(0, |i| i + 1);
+        let (last_addr, ..) = own_line(own, last_line)?;
+        let rest = Rest::read(bytes, sorted_end).code;
+        let read = points.iter().map(|_| OnceLock::new()).collect();
+        Some(Pages { points, sorted_end, last_addr, rest, last_code: OnceLock::new(), read, full: OnceLock::new() })
+    }
+
+    /// Where the first line holding a tab starts (the text's end if none), found by halving: lines of the kernel's
+    /// own symbols hold none, and every line after the first module symbol does.
+    fn first_tabbed_line(bytes: &[u8]) -> usize {
+        let line_at = |pos: usize| memchr::memrchr(b'\n', &bytes[..pos]).map_or(0, |i| i + 1);
+        let end_of = |at: usize| memchr::memchr(b'\n', &bytes[at..]).map_or(bytes.len(), |i| at + i);
+        let tabbed = |at: usize| memchr::memchr(b'\t', &bytes[at..end_of(at)]).is_some();
+        // The first page whose first byte is on a tabbed line.
+        let (mut low, mut high) = (0, bytes.len().div_ceil(PAGE_BYTES));
+        while low < high {
+            let mid = (low + high) / 2;
+            match tabbed(line_at(mid * PAGE_BYTES)) {
+                true => high = mid,
+                false => low = mid + 1,
+            }
+        }
+        let mut at = line_at(low.saturating_sub(1) * PAGE_BYTES);
+        while at < bytes.len() && !tabbed(at) {
+            at = end_of(at) + 1;
+        }
+        at.min(bytes.len())
+    }
+
+    /// The first line after the line at `at` (whose address is at least `low`) with a higher address than it.
+    fn next_point(own: &[u8], mut at: usize, low: u64) -> Next {
+        let Some((addr, _, mut next)) = own_line(own, at).filter(|&(addr, ..)| addr >= low) else {
+            return Next::Disorder;
+        };
+        loop {
+            at = next;
+            if at >= own.len() {
+                return Next::End;
+            }
+            match own_line(own, at) {
+                Some((same, _, after)) if same == addr => next = after,
+                Some((higher, kind, _)) if higher > addr => return Next::Point(at as u32, higher, kind),
+                _ => return Next::Disorder,
+            }
+        }
+    }
+
+    /// Where the lines from `at` on (the first at least `low`) leave the kernel's order or layout.
+    fn in_order_until(own: &[u8], mut at: usize, mut low: u64) -> usize {
+        while at < own.len() {
+            match own_line(own, at) {
+                Some((addr, _, next)) if addr >= low => (low, at) = (addr, next),
+                _ => return at,
+            }
+        }
+        own.len()
+    }
+
+    /// The whole text read line by line.
+    fn full(&self, text: &[u8]) -> &Listing {
+        self.full.get_or_init(|| Listing::read(text).0)
+    }
+
+    fn find(&self, text: &[u8], addr: u64) -> Option<(u64, u64, u32)> {
+        if let Some(listing) = self.full.get() {
+            return listing.find(text, addr);
+        }
+        let floor = |addr| self.floor(text, addr);
+        let found = find_in(&self.rest, addr, floor, |start| self.next_after(text, start));
+        found.unwrap_or_else(|OutOfOrder| self.full(text).find(text, addr))
+    }
+
+    /// The sorted part's lines of page `p` (of `points`), all of them, checked to be in order and layout, so that a
+    /// lookup answers only from a page that is; read once.
+    fn page(&self, text: &[u8], p: usize) -> Result<&[Line], OutOfOrder> {
+        if let Some(lines) = self.read[p].get() {
+            return Ok(lines);
+        }
+        let lines = self.read_page(text, p)?;
+        Ok(self.read[p].get_or_init(|| lines.into()))
+    }
+
+    fn read_page(&self, text: &[u8], p: usize) -> Result<Vec<Line>, OutOfOrder> {
+        let (mut at, mut low) = (self.points[p].0 as usize, self.points[p].1);
+        let (end, below) = match self.points.get(p + 1) {
+            Some(&(at, addr)) => (at as usize, Some(addr)),
+            None => (self.sorted_end, None),
+        };
+        let mut lines = Vec::with_capacity(PAGE_BYTES / 32);
+        while at < end {
+            match own_line(&text[..end], at) {
+                Some((addr, kind, next)) if addr >= low && below.map_or(true, |below| addr < below) => {
+                    lines.push((addr, kind, at as u32));
+                    (low, at) = (addr, next);
+                }
+                _ => return Err(OutOfOrder),
+            }
+        }
+        Ok(lines)
+    }
+
+    /// The highest code start at or below `addr` in the sorted part, with the line of the first symbol listed there.
+    fn floor(&self, text: &[u8], addr: u64) -> Result<Option<(u64, u32)>, OutOfOrder> {
+        if addr > self.last_addr {
+            // Above every line (module and BPF code listed after them, say): their last code symbol, found once.
+            if let Some(&last) = self.last_code.get() {
+                return Ok(last);
+            }
+            let last = self.highest_code_from(text, self.points.len(), u64::MAX)?;
+            return Ok(*self.last_code.get_or_init(|| last));
+        }
+        let pages = self.points.partition_point(|&(_, first)| first <= addr);
+        self.highest_code_from(text, pages, addr)
+    }
+
+    /// The highest code start at or below `addr` in the pages before page `pages`, reading back a page at a time.
+    fn highest_code_from(&self, text: &[u8], pages: usize, addr: u64) -> Result<Option<(u64, u32)>, OutOfOrder> {
+        for p in (0..pages).rev() {
+            let mut found: Option<(u64, u32)> = None;
+            for &(line_addr, kind, at) in self.page(text, p)? {
+                if line_addr > addr {
+                    break;
+                }
+                // Lines at one address are never split between pages: the first listed is in this one.
+                if is_code(kind) && line_addr != 0 && found.map_or(true, |(start, _)| start != line_addr) {
+                    found = Some((line_addr, at));
+                }
+            }
+            if found.is_some() {
+                return Ok(found);
+            }
+        }
+        Ok(None)
+    }
+
+    /// The lowest code start above `start` in the sorted part.
+    fn next_after(&self, text: &[u8], start: u64) -> Result<Option<u64>, OutOfOrder> {
+        if start >= self.last_addr {
+            return Ok(None);
+        }
+        let first = self.points.partition_point(|&(_, first)| first <= start).saturating_sub(1);
+        for p in first..self.points.len() {
+            for &(addr, kind, _) in self.page(text, p)? {
+                if addr > start && is_code(kind) {
+                    return Ok(Some(addr));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
 /// The address, type and end of the line at `at` if it starts with the kernel's own layout, `%016lx %c ` and a
 /// name; `None` for any other line, which is read by the general split.
 fn fixed_line(bytes: &[u8], at: usize) -> Option<(u64, u8, usize)> {
@@ -476,6 +758,13 @@ fn fixed_line(bytes: &[u8], at: usize) -> Option<(u64, u8, usize)> {
     let addr = address(digits);
     let end = Newlines::new(bytes, at + 20).next_from(at + 20).unwrap_or(bytes.len());
     Some((addr, kind, end + 1))
+}
+
+/// [`fixed_line`] of a line of the kernel's own symbols: none holds a tab (a module's name follows one).
+fn own_line(bytes: &[u8], at: usize) -> Option<(u64, u8, usize)> {
+    let (addr, kind, next) = fixed_line(bytes, at)?;
+    let end = (next - 1).min(bytes.len());
+    memchr::memchr(b'\t', &bytes[at + 20..end]).is_none().then_some((addr, kind, next))
 }
 
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -697,6 +986,107 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         );
         for text in &inputs {
             assert_reads_as_reference(&KernelSymbols::parse(text), text, &[0, 1, u64::MAX, 0xffffffff81000000]);
+        }
+        let k = KernelSymbols::parse(&live);
+        assert_reads_as_reference(&k, &live, &[]);
+        assert!(k.hidden || paged(&k), "the live listing, in the kernel's order, is read where lookups land");
+    }
+
+    /// Whether `k` is read where lookups land, not whole ([`Pages`]).
+    fn paged(k: &KernelSymbols) -> bool {
+        matches!(&k.index, Index::Pages(pages) if pages.full.get().is_none())
+    }
+
+    /// A long listing in the kernel's layout: its own symbols in address order, with runs of aliases longer than a
+    /// page and data between the code, then modules' symbols out of order.
+    fn long_listing() -> String {
+        let mut text = String::new();
+        let mut addr = 0xffffffff81000000u64;
+        for i in 0..6000u64 {
+            let (kind, step) = match i % 97 {
+                0..=9 => ("d", 0x10),
+                10 => ("T", 0),
+                _ if i % 5 == 0 => ("t", 0x40),
+                _ => ("T", 0x20),
+            };
+            text.push_str(&format!("{addr:016x} {kind} symbol_{i}\n"));
+            addr += step;
+            if i == 3000 {
+                // Aliases spanning two pages.
+                for a in 0..250 {
+                    text.push_str(&format!("{addr:016x} T alias_{a}\n"));
+                }
+                addr += 0x30;
+            }
+        }
+        for (module, base) in
+            [("ext4", 0xffffffffc0200000u64), ("xfs", 0xffffffffc0100000), ("kvm", 0xffffffffc0300000)]
+        {
+            for f in 0..40u64 {
+                text.push_str(&format!("{:016x} t {module}_f{f}\t[{module}]\n", base + f * 0x80));
+            }
+        }
+        text
+    }
+
+    #[test]
+    fn a_long_listing_is_read_where_lookups_land() {
+        let text = long_listing();
+        assert!(text.len() > PAGED_FROM);
+        let k = KernelSymbols::parse(&text);
+        assert!(paged(&k));
+        let Index::Pages(pages) = &k.index else { unreachable!() };
+        assert!(pages.points.len() > 20, "{} points", pages.points.len());
+        assert_eq!(pages.rest.len(), 120, "the modules' symbols are read whole");
+        assert_reads_as_reference(&k, &text, &[0, 1, u64::MAX, 0xffffffffc0000000, 0xffffffffffffff00]);
+        assert!(paged(&k), "every lookup read lines in order");
+        assert_eq!(k.lookup(0xffffffffc0100085).unwrap().name.as_ref(), "xfs_f1");
+    }
+
+    #[test]
+    fn a_long_listing_out_of_order_where_a_lookup_reads_is_read_whole() {
+        for (a, b) in [(2000, 2001), (4000, 4100)] {
+            let mut lines: Vec<String> = long_listing().lines().map(String::from).collect();
+            lines.swap(a, b);
+            let text = lines.join("\n") + "\n";
+            let k = KernelSymbols::parse(&text);
+            assert!(paged(&k));
+            // Before the line listed too early (the lookup's own lines are in order).
+            let lower = parse_address(&lines[b][..16]).unwrap();
+            k.find(lower);
+            assert!(!paged(&k), "a lookup read the page with lines {a} and {b} swapped");
+            assert_reads_as_reference(&k, &text, &[0, u64::MAX]);
+        }
+        // The index stops where the kernel's order does when its pages show it: what follows is read whole.
+        let mut lines: Vec<String> = long_listing().lines().map(String::from).collect();
+        lines[2000..4300].rotate_left(1500);
+        let rotated = lines.join("\n") + "\n";
+        let k = KernelSymbols::parse(&rotated);
+        assert_reads_as_reference(&k, &rotated, &[0, u64::MAX]);
+        assert!(paged(&k), "the part in order read where lookups land, the rest whole");
+        let reversed: String = long_listing().lines().rev().map(|l| format!("{l}\n")).collect();
+        assert_reads_as_reference(&KernelSymbols::parse(&reversed), &reversed, &[0, u64::MAX]);
+    }
+
+    #[test]
+    fn a_mutated_long_listing_never_panics() {
+        let mut rng = crate::random_inputs::Rng::new(0x5eed_0005);
+        let listing = long_listing();
+        for _ in 0..40 {
+            let mut text = listing.as_bytes().to_vec();
+            for _ in 0..rng.below(12) {
+                text = rng.mutate(&text);
+            }
+            let k = KernelSymbols::from_text(Text::Read(text.clone().into()));
+            let listed = text
+                .split(|&b| b == b'\n')
+                .filter_map(|line| u64::from_str_radix(std::str::from_utf8(line.get(..16)?).ok()?, 16).ok());
+            let probes: Vec<u64> = listed.step_by(7).flat_map(|a| [a, a.wrapping_add(1), a.wrapping_sub(1)]).collect();
+            for addr in probes.into_iter().chain([0, u64::MAX, rng.next()]) {
+                if let Some(symbol) = k.lookup(addr) {
+                    assert!(symbol.start <= addr && addr < symbol.end, "{addr:#x} in {symbol:?}");
+                }
+            }
         }
     }
 
