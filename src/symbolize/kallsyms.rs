@@ -1114,6 +1114,11 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         assert!(k.hidden);
         assert!(k.is_empty());
         assert!(!KernelSymbols::parse("").hidden);
+        // A long listing too (kallsyms under kptr_restrict).
+        let zeroed: String = long_listing().lines().map(|l| format!("{:016x}{}\n", 0, &l[16..])).collect();
+        let k = KernelSymbols::parse(&zeroed);
+        assert!(k.hidden && k.is_empty());
+        assert!(k.lookup(0).is_none());
     }
 
     #[test]
