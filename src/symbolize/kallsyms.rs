@@ -8,14 +8,10 @@ use std::sync::{Arc, OnceLock};
 /// Size given to the last symbol, which has no successor to end it (perf uses a page as well).
 const LAST_SYMBOL_SIZE: u64 = 4096;
 
-/// Lines of the sorted part per entry of its index: a lookup reads at most this many lines.
-const BLOCK_LINES: usize = 64;
-
 /// The kernel's code symbols. A kallsyms file holds over 100,000 of them and a profile hits a few dozen, so they
 /// are looked up in the file's text itself: the kernel lists its own symbols in address order, so that part is
-/// searched by halving through a small index, of a line per page of it where only the pages lookups land in are
-/// read ([`Pages`]), or of every [`BLOCK_LINES`]th line ([`Listing`]); only what follows it (module and BPF
-/// symbols, in no order) is sorted into a table. A symbol's name and module are read from its line when it is
+/// searched by halving through a small index, a line per page of it, where only the pages lookups land in are
+/// read ([`Pages`]); only what follows it (module and BPF symbols, in no order) is sorted into a table. A symbol's name and module are read from its line when it is
 /// looked up.
 #[derive(Debug, Default)]
 pub struct KernelSymbols {
@@ -62,8 +58,7 @@ impl std::ops::Deref for Text {
 
 #[derive(Debug)]
 enum Index {
-    Listing(Listing),
-    /// A long listing, read where lookups land.
+    /// A kallsyms listing.
     Pages(Pages),
     /// A capture's saved symbols, each with its own end: a table of their lines.
     Ranges(RangeTable<u32>),
@@ -75,88 +70,9 @@ impl Default for Index {
     }
 }
 
-/// Where the code symbols of a kallsyms listing are.
-#[derive(Debug, Default)]
-struct Listing {
-    /// `text[..sorted_end]` is in the kernel's own line layout and in address order.
-    sorted_end: usize,
-    blocks: Vec<Block>,
-    /// The code symbols after the sorted part: `(start, line)` by start, the first listed of each start.
-    rest: Vec<(u64, u32)>,
-}
-
-/// [`BLOCK_LINES`] lines of the sorted part.
-#[derive(Debug)]
-struct Block {
-    /// The address and place of its first line.
-    first_addr: u64,
-    offset: u32,
-    /// The last code symbol before it: its start and the line of the first symbol listed at that start.
-    before: Option<(u64, u32)>,
-    /// The lowest code start in this block or any later one (`u64::MAX`: none).
-    code_from_here: u64,
-}
-
 /// A code symbol's type: text (t/T) or weak (w/W). Data symbols would swallow code addresses between them.
 fn is_code(kind: u8) -> bool {
     matches!(kind, b't' | b'T' | b'w' | b'W')
-}
-
-/// The first lines of a kallsyms text that are in the kernel's own layout (see [`fixed_line`]) and in address
-/// order: the kernel's own symbols, over 100,000 lines, indexed a block of [`BLOCK_LINES`] at a time. Reading them
-/// is most of loading kallsyms, so each line costs a few instructions: its end is found in a bitmap of the newlines
-/// of 64 bytes at a time, and its address compared as its 16 digits, converted only for the index.
-struct SortedPart {
-    /// Where the part ends: the first line that is in another layout or below the line before it.
-    end: usize,
-    blocks: Vec<Block>,
-    listed: usize,
-    any_nonzero: bool,
-}
-
-impl SortedPart {
-    fn scan(bytes: &[u8]) -> SortedPart {
-        const ZERO: Digits = Digits::from_be_bytes(*b"0000000000000000");
-        let mut part = SortedPart {
-            end: 0,
-            blocks: Vec::with_capacity(bytes.len() / 21 / BLOCK_LINES + 1),
-            listed: 0,
-            any_nonzero: false,
-        };
-        let mut newlines = Newlines::new(bytes, 0);
-        let (mut at, mut prev) = (0usize, ZERO);
-        // The last code symbol so far: its address and the line of the first symbol listed there.
-        let mut last_code: Option<(Digits, u32)> = None;
-        while at < bytes.len() && at <= u32::MAX as usize {
-            let Some((digits, kind)) = fixed_start(&bytes[at..]) else { break };
-            if digits < prev {
-                break;
-            }
-            if part.listed % BLOCK_LINES == 0 {
-                let before = last_code.map(|(digits, line)| (address(digits), line));
-                let first_addr = address(digits);
-                part.blocks.push(Block { first_addr, offset: at as u32, before, code_from_here: u64::MAX });
-            }
-            if is_code(kind) && digits != ZERO {
-                if last_code.map_or(true, |(start, _)| start != digits) {
-                    last_code = Some((digits, at as u32));
-                }
-                // Lines are in address order: a block's first code start is its lowest (`from_text` then takes in
-                // the later blocks').
-                let block = part.blocks.last_mut().expect("pushed at the first line");
-                if block.code_from_here == u64::MAX {
-                    block.code_from_here = address(digits);
-                }
-            }
-            part.listed += 1;
-            part.any_nonzero |= digits != ZERO;
-            prev = digits;
-            // The line's first 20 bytes hold no newline (checked): it ends at the first newline after them.
-            at = newlines.next_from(at + 20).map_or(bytes.len(), |newline| newline + 1);
-        }
-        part.end = at;
-        part
-    }
 }
 
 /// The lines after the sorted part, in any order and any layout the general split reads: their code symbols,
@@ -304,12 +220,11 @@ impl KernelSymbols {
 
     fn from_text(text: Text) -> KernelSymbols {
         let bytes: &[u8] = &text;
-        if let Some(pages) = Pages::index(bytes) {
-            return KernelSymbols { text, index: Index::Pages(pages), hidden: false };
-        }
-        let (listing, listed, any_nonzero) = Listing::read(bytes);
-        let hidden = listed > 0 && !any_nonzero;
-        KernelSymbols { text, index: Index::Listing(listing), hidden }
+        let (pages, hidden) = match Pages::index(bytes) {
+            Some(pages) => (pages, false),
+            None => Pages::read_whole(bytes),
+        };
+        KernelSymbols { text, index: Index::Pages(pages), hidden }
     }
 
     /// A table of `(start, end, name, module)` entries (a capture's saved symbols).
@@ -343,7 +258,6 @@ impl KernelSymbols {
     fn find(&self, addr: u64) -> Option<(u64, u64, u32)> {
         match &self.index {
             Index::Ranges(table) => table.lookup(addr).map(|r| (r.start, r.end, r.value)),
-            Index::Listing(listing) => listing.find(&self.text, addr),
             Index::Pages(pages) => pages.find(&self.text, addr),
         }
     }
@@ -353,8 +267,7 @@ impl KernelSymbols {
     pub fn iter(&self) -> impl Iterator<Item = KernelSymbol> + '_ {
         let starts: Vec<u64> = match &self.index {
             Index::Ranges(table) => table.iter().map(|r| r.start).collect(),
-            Index::Listing(listing) => listing.starts(&self.text),
-            Index::Pages(pages) => pages.full(&self.text).starts(&self.text),
+            Index::Pages(pages) => pages.whole(&self.text).starts(&self.text),
         };
         starts.into_iter().filter_map(|start| self.lookup(start))
     }
@@ -362,9 +275,7 @@ impl KernelSymbols {
     fn is_empty(&self) -> bool {
         match &self.index {
             Index::Ranges(table) => table.is_empty(),
-            Index::Listing(l) => l.rest.is_empty() && l.blocks.first().map_or(true, |b| b.code_from_here == u64::MAX),
-            // Made only of a text whose index shows a code symbol.
-            Index::Pages(_) => false,
+            Index::Pages(pages) => !pages.shows_code,
         }
     }
 
@@ -406,91 +317,6 @@ impl KernelSymbols {
     }
 }
 
-impl Listing {
-    /// Reads every line of a kallsyms text; also returns how many lines listed a symbol and whether any address was
-    /// not zero.
-    fn read(bytes: &[u8]) -> (Listing, usize, bool) {
-        let SortedPart { end, mut blocks, listed, any_nonzero } = SortedPart::scan(bytes);
-        let mut code_from_here = u64::MAX;
-        for block in blocks.iter_mut().rev() {
-            code_from_here = code_from_here.min(block.code_from_here);
-            block.code_from_here = code_from_here;
-        }
-        let rest = Rest::read(bytes, end);
-        let listing = Listing { sorted_end: end, blocks, rest: rest.code };
-        (listing, listed + rest.listed, any_nonzero || rest.any_nonzero)
-    }
-
-    fn find(&self, text: &[u8], addr: u64) -> Option<(u64, u64, u32)> {
-        let floor = |addr| Ok::<_, std::convert::Infallible>(self.floor(text, addr));
-        find_in(&self.rest, addr, floor, |start| Ok(self.next_after(text, start)))
-            .unwrap_or_else(|never| match never {})
-    }
-
-    /// Every code start, in order.
-    #[cfg(test)]
-    fn starts(&self, text: &[u8]) -> Vec<u64> {
-        let mut starts: Vec<u64> = match self.blocks.is_empty() {
-            true => Vec::new(),
-            false => self.lines(text, 0).filter(|&(a, k, _)| is_code(k) && a != 0).map(|l| l.0).collect(),
-        };
-        starts.extend(self.rest.iter().map(|&(start, _)| start));
-        starts.sort_unstable();
-        starts.dedup();
-        starts
-    }
-
-    /// The highest code start at or below `addr` in the sorted part, with the line of the first symbol listed there.
-    fn floor(&self, text: &[u8], addr: u64) -> Option<(u64, u32)> {
-        let b = self.blocks.partition_point(|b| b.first_addr <= addr).checked_sub(1)?;
-        let mut found = self.blocks[b].before;
-        for (line_addr, kind, at) in self.lines(text, b).take(BLOCK_LINES) {
-            if line_addr > addr {
-                break;
-            }
-            if is_code(kind) && line_addr != 0 && found.map_or(true, |(start, _)| start != line_addr) {
-                found = Some((line_addr, at));
-            }
-        }
-        found
-    }
-
-    /// The lowest code start above `start` in the sorted part.
-    fn next_after(&self, text: &[u8], start: u64) -> Option<u64> {
-        let first = self.blocks.partition_point(|b| b.first_addr <= start).saturating_sub(1);
-        for b in first..self.blocks.len() {
-            let code_from_here = self.blocks[b].code_from_here;
-            if code_from_here == u64::MAX {
-                return None;
-            }
-            if code_from_here > start {
-                return Some(code_from_here);
-            }
-            // The block holds `start` itself (or its aliases): the next start may be in it.
-            let next = self.lines(text, b).take(BLOCK_LINES).find(|&(a, kind, _)| a > start && is_code(kind));
-            if let Some((addr, ..)) = next {
-                return Some(addr);
-            }
-        }
-        None
-    }
-
-    /// The sorted part's lines from block `b` on: address, type and place.
-    fn lines<'t>(&self, text: &'t [u8], b: usize) -> impl Iterator<Item = (u64, u8, u32)> + 't {
-        let (mut at, end) = (self.blocks[b].offset as usize, self.sorted_end);
-        std::iter::from_fn(move || {
-            if at >= end {
-                return None;
-            }
-            // Every line before `sorted_end` was read in this layout.
-            let (addr, kind, next) = fixed_line(&text[..end], at)?;
-            let line = at as u32;
-            at = next;
-            Some((addr, kind, line))
-        })
-    }
-}
-
 /// The code symbol holding `addr`, from the sorted part's highest code start at or below an address (`floor`) and
 /// lowest above a start (`next_after`), and the table of the lines after it (`rest`). On equal starts the sorted
 /// part's line was listed first. `E`: what stops a lookup in the sorted part (see [`Pages`]).
@@ -519,17 +345,19 @@ fn find_in<E>(
 /// Bytes of text per entry of a [`Pages`] index.
 const PAGE_BYTES: usize = 4096;
 
-/// Texts shorter than this are read whole ([`Listing`]).
+/// Texts shorter than this are read whole ([`Pages::read_whole`]).
 const PAGED_FROM: usize = 16 * PAGE_BYTES;
 
-/// A long kallsyms text, read where lookups land. The kernel lists its own symbols (over 100,000 lines) in address
-/// order, so the index holds one line per page of the text, the first there at a new address; a lookup reads the
-/// lines of the page its address falls in (and of the pages around it, for the symbols before and after it),
-/// checking that they are in that order and layout. Reading every line first ([`Listing`]) was most of the time
-/// postprocess spent on kernel symbols (about 1.5 ms of CPU for 5.4 MB). The index's lines show that order up to
-/// where the text leaves it (or to its end); a lookup that finds lines between them out of order has the whole
-/// text read line by line, and reads as a [`Listing`] from then on. A text in order except in pages no lookup reads
-/// is read as if those were in order too.
+/// A kallsyms text and where its lines are. The kernel lists its own symbols (over 100,000 lines) in address order,
+/// so the index holds one line per page of that part, the first there at a new address, and a lookup reads the
+/// lines of the page its address falls in (and of the pages around it, for the symbols before and after it); the
+/// modules' symbols after them, in the order they were loaded, are tabled.
+///
+/// A long text is indexed without reading its lines ([`index`](Self::index)): reading every line first was most of
+/// the time postprocess spent on kernel symbols (about 1.5 ms of CPU for 5.4 MB). Its index's lines show that order
+/// up to where the text leaves it (or to its end); a lookup checks the lines it reads, and one that finds them out
+/// of order has the whole text read line by line ([`read_whole`](Self::read_whole)), which answers from then on. A
+/// text in order except in pages no lookup reads is read as if those were in order too.
 #[derive(Debug)]
 struct Pages {
     /// Where each page's first line at a new address is, and that address: in order, the first at the text's start.
@@ -538,14 +366,18 @@ struct Pages {
     sorted_end: usize,
     /// The address of their last line: the highest.
     last_addr: u64,
-    /// The code symbols after them, as [`Listing::rest`].
+    /// The code symbols after them: `(start, line)` by start, the first listed of each start.
     rest: Vec<(u64, u32)>,
+    /// Whether a code symbol with an address is listed.
+    shows_code: bool,
+    /// Whether every line up to `sorted_end` was read (no lookup can find them out of order).
+    read_through: bool,
     /// The highest code start of the sorted part, with its line, once asked.
     last_code: OnceLock<Option<(u64, u32)>>,
     /// Each page's lines once read (a profile of the kernel can look up thousands of addresses).
     read: Vec<OnceLock<Box<[Line]>>>,
     /// The whole text read line by line, once a lookup found it out of order.
-    full: OnceLock<Listing>,
+    full: OnceLock<Box<Pages>>,
 }
 
 /// A lookup found a line out of the kernel's order or layout where the index showed the text in it.
@@ -600,9 +432,45 @@ impl Pages {
         let sorted_end = Self::in_order_until(own, last_at as usize, last_addr);
         let last_line = memchr::memrchr(b'\n', &own[..sorted_end.checked_sub(1)?]).map_or(0, |i| i + 1);
         let (last_addr, ..) = own_line(own, last_line)?;
-        let rest = Rest::read(bytes, sorted_end).code;
+        Some(Pages::new(points, sorted_end, last_addr, Rest::read(bytes, sorted_end).code, false))
+    }
+
+    /// The index of `bytes` with every line read: those in the kernel's order and layout from its start, up to the
+    /// first that is not, a point per page, and the rest tabled. Also says whether the text lists symbols with every
+    /// address zero (hidden).
+    fn read_whole(bytes: &[u8]) -> (Pages, bool) {
+        let (mut points, mut listed, mut any_nonzero, mut shows_code) = (Vec::new(), 0usize, false, false);
+        let (mut at, mut low, mut page_end) = (0usize, 0u64, 0usize);
+        while at < bytes.len() && at <= u32::MAX as usize {
+            let Some((addr, kind, next)) = own_line(bytes, at).filter(|&(addr, ..)| addr >= low) else { break };
+            // A page's point is its first line at a new address, so that the lines of one address share a page.
+            if at >= page_end && (points.is_empty() || addr > low) {
+                points.push((at as u32, addr));
+                page_end = (at / PAGE_BYTES + 1) * PAGE_BYTES;
+            }
+            listed += 1;
+            any_nonzero |= addr != 0;
+            shows_code |= is_code(kind) && addr != 0;
+            (low, at) = (addr, next);
+        }
+        let sorted_end = at.min(bytes.len());
+        let rest = Rest::read(bytes, sorted_end);
+        let hidden = listed + rest.listed > 0 && !(any_nonzero || rest.any_nonzero);
+        let mut pages = Pages::new(points, sorted_end, low, rest.code, true);
+        pages.shows_code = shows_code || !pages.rest.is_empty();
+        (pages, hidden)
+    }
+
+    fn new(
+        points: Vec<(u32, u64)>,
+        sorted_end: usize,
+        last_addr: u64,
+        rest: Vec<(u64, u32)>,
+        read_through: bool,
+    ) -> Pages {
         let read = points.iter().map(|_| OnceLock::new()).collect();
-        Some(Pages { points, sorted_end, last_addr, rest, last_code: OnceLock::new(), read, full: OnceLock::new() })
+        let (last_code, full) = (OnceLock::new(), OnceLock::new());
+        Pages { points, sorted_end, last_addr, rest, shows_code: true, read_through, last_code, read, full }
     }
 
     /// Where the first line holding a tab starts (the text's end if none), found by halving: lines of the kernel's
@@ -656,18 +524,39 @@ impl Pages {
         own.len()
     }
 
-    /// The whole text read line by line.
-    fn full(&self, text: &[u8]) -> &Listing {
-        self.full.get_or_init(|| Listing::read(text).0)
+    /// This index if it read every line, else the whole text read line by line.
+    fn whole(&self, text: &[u8]) -> &Pages {
+        match self.read_through {
+            true => self,
+            false => self.full.get_or_init(|| Box::new(Pages::read_whole(text).0)),
+        }
     }
 
     fn find(&self, text: &[u8], addr: u64) -> Option<(u64, u64, u32)> {
-        if let Some(listing) = self.full.get() {
-            return listing.find(text, addr);
+        if let Some(whole) = self.full.get() {
+            return whole.find(text, addr);
         }
         let floor = |addr| self.floor(text, addr);
         let found = find_in(&self.rest, addr, floor, |start| self.next_after(text, start));
-        found.unwrap_or_else(|OutOfOrder| self.full(text).find(text, addr))
+        found.unwrap_or_else(|OutOfOrder| match self.read_through {
+            // Every page of a text read line by line was checked: not reached.
+            true => None,
+            false => self.whole(text).find(text, addr),
+        })
+    }
+
+    /// Every code start, in order.
+    #[cfg(test)]
+    fn starts(&self, text: &[u8]) -> Vec<u64> {
+        let mut starts: Vec<u64> = (0..self.points.len())
+            .flat_map(|p| self.page(text, p).unwrap_or_default().iter().copied())
+            .filter(|&(addr, kind, _)| is_code(kind) && addr != 0)
+            .map(|(addr, ..)| addr)
+            .collect();
+        starts.extend(self.rest.iter().map(|&(start, _)| start));
+        starts.sort_unstable();
+        starts.dedup();
+        starts
     }
 
     /// The sorted part's lines of page `p` (of `points`), all of them, checked to be in order and layout, so that a
@@ -966,9 +855,9 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
         let third = shuffled.len() / 3;
         shuffled.rotate_left(third);
         let shuffled = shuffled.join("\n");
-        // In order, then modules out of order, with aliases and data around the blocks' edges.
+        // In order, then modules out of order, with aliases and data across pages.
         let mut blocks = String::new();
-        for i in 0..(BLOCK_LINES as u64 * 5) {
+        for i in 0..320u64 {
             let kind = ["T", "t", "D", "W", "d"][(i % 7 % 5) as usize];
             let addr = 0xffffffff81000000 + (i / 3) * 0x40;
             blocks.push_str(&format!("{addr:016x} {kind} f{i}\n"));
@@ -994,7 +883,7 @@ ffffffffc0100200 t ext4_release_dir\t[ext4]
 
     /// Whether `k` is read where lookups land, not whole ([`Pages`]).
     fn paged(k: &KernelSymbols) -> bool {
-        matches!(&k.index, Index::Pages(pages) if pages.full.get().is_none())
+        matches!(&k.index, Index::Pages(pages) if !pages.read_through && pages.full.get().is_none())
     }
 
     /// A long listing in the kernel's layout: its own symbols in address order, with runs of aliases longer than a
