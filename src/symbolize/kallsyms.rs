@@ -317,31 +317,6 @@ impl KernelSymbols {
     }
 }
 
-/// The code symbol holding `addr`, from the sorted part's highest code start at or below an address (`floor`) and
-/// lowest above a start (`next_after`), and the table of the lines after it (`rest`). On equal starts the sorted
-/// part's line was listed first. `E`: what stops a lookup in the sorted part (see [`Pages`]).
-fn find_in<E>(
-    rest: &[(u64, u32)],
-    addr: u64,
-    floor: impl FnOnce(u64) -> Result<Option<(u64, u32)>, E>,
-    next_after: impl FnOnce(u64) -> Result<Option<u64>, E>,
-) -> Result<Option<(u64, u64, u32)>, E> {
-    let sorted = floor(addr)?;
-    let i = rest.partition_point(|&(start, _)| start <= addr);
-    let (start, line) = match (sorted, i.checked_sub(1).map(|i| rest[i])) {
-        (Some(s), Some(r)) if r.0 > s.0 => r,
-        (Some(s), _) => s,
-        (None, Some(r)) => r,
-        (None, None) => return Ok(None),
-    };
-    let after_rest = rest.get(rest.partition_point(|&(s, _)| s <= start)).map(|&(s, _)| s);
-    let after = match (next_after(start)?, after_rest) {
-        (Some(a), Some(b)) => a.min(b),
-        (a, b) => a.or(b).unwrap_or(start.saturating_add(LAST_SYMBOL_SIZE)),
-    };
-    Ok((addr < after).then_some((start, after, line)))
-}
-
 /// Bytes of text per entry of a [`Pages`] index.
 const PAGE_BYTES: usize = 4096;
 
@@ -536,13 +511,31 @@ impl Pages {
         if let Some(whole) = self.full.get() {
             return whole.find(text, addr);
         }
-        let floor = |addr| self.floor(text, addr);
-        let found = find_in(&self.rest, addr, floor, |start| self.next_after(text, start));
-        found.unwrap_or_else(|OutOfOrder| match self.read_through {
+        self.find_in_order(text, addr).unwrap_or_else(|OutOfOrder| match self.read_through {
             // Every page of a text read line by line was checked: not reached.
             true => None,
             false => self.whole(text).find(text, addr),
         })
+    }
+
+    /// The code symbol holding `addr`: the highest code start at or below it in the sorted part or the rest (on
+    /// equal starts the sorted part's line, listed first), ending at the next code start in either.
+    fn find_in_order(&self, text: &[u8], addr: u64) -> Result<Option<(u64, u64, u32)>, OutOfOrder> {
+        let rest = &self.rest;
+        let sorted = self.floor(text, addr)?;
+        let i = rest.partition_point(|&(start, _)| start <= addr);
+        let (start, line) = match (sorted, i.checked_sub(1).map(|i| rest[i])) {
+            (Some(s), Some(r)) if r.0 > s.0 => r,
+            (Some(s), _) => s,
+            (None, Some(r)) => r,
+            (None, None) => return Ok(None),
+        };
+        let after_rest = rest.get(rest.partition_point(|&(s, _)| s <= start)).map(|&(s, _)| s);
+        let after = match (self.next_after(text, start)?, after_rest) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(start.saturating_add(LAST_SYMBOL_SIZE)),
+        };
+        Ok((addr < after).then_some((start, after, line)))
     }
 
     /// Every code start, in order.
