@@ -13,6 +13,7 @@ pub mod fs;
 pub mod interrupt;
 pub mod perf_data;
 pub mod prefault;
+pub mod prefetch;
 pub mod procfs;
 #[cfg(test)]
 pub(crate) mod random_inputs;

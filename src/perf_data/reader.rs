@@ -403,7 +403,7 @@ impl PerfDataReader {
     /// Asks the CPU to fetch the header of the record at `offset` into its caches.
     pub fn prefetch_header(&self, offset: u64) {
         if let Some(line) = self.data().get(offset as usize..) {
-            prefetch(line);
+            crate::prefetch::at(line.as_ptr());
         }
     }
 
@@ -413,15 +413,15 @@ impl PerfDataReader {
     pub fn prefetch_record(&self, offset: u64) {
         let Ok(rec) = self.whole_record_at(offset) else { return };
         for line in rec.chunks(64).take(PREFETCH_LINES) {
-            prefetch(line);
+            crate::prefetch::at(line.as_ptr());
         }
         // A small record (no stack copy) is whole in the lines above; only a longer one's tail is asked for again.
         let tail = rec.len().saturating_sub(PREFETCH_TAIL).max(PREFETCH_LINES * 64);
         if let Some(tail) = rec.get(tail..) {
             for line in tail.chunks(64) {
-                prefetch(line);
+                crate::prefetch::at(line.as_ptr());
             }
-            prefetch(&rec[rec.len() - 8..]);
+            crate::prefetch::at(rec[rec.len() - 8..].as_ptr());
         }
     }
 
@@ -488,15 +488,6 @@ const PREFETCH_LINES: usize = 16;
 /// 15–25 addresses, its length and tag, then the copy's length. Fetching only the last word left the chain's
 /// other lines to wait for (3 ms of the 37 ms spent naming a 36k-sample collection).
 const PREFETCH_TAIL: usize = 256;
-
-/// A hint to fetch the cache line holding `bytes[0]`.
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(bytes.as_ptr().cast())
-    };
-}
 
 /// The layout of each event's samples.
 #[derive(Debug, Clone)]

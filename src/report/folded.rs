@@ -29,10 +29,11 @@ pub struct FoldOptions {
 pub struct Folded {
     /// Every name a stack may use, by id.
     names: Vec<Box<str>>,
-    /// `(slot, count)`: each distinct stack (its slot in `slots`), sorted by its text (the names joined by `;`),
-    /// bytewise.
-    stacks: Vec<(u32, u64)>,
-    slots: StackList,
+    /// Each distinct stack, sorted by its text (the names joined by `;`) bytewise, and its count. Kept in that
+    /// order, one after the other, so that what goes through them in it (the folded file, the flame graph) reads
+    /// memory in order: in the order they were added, nearly every stack of a large profile was a wait for memory.
+    stacks: StackList,
+    counts: Vec<u64>,
     kinds: HashMap<String, FrameKind>,
     total: u64,
     samples: u64,
@@ -164,7 +165,7 @@ fn is_shared_library(module: &str) -> bool {
 impl Folded {
     /// The distinct stacks with their counts, sorted by their text, bytewise.
     pub fn stacks(&self) -> impl ExactSizeIterator<Item = (FoldedStack<'_>, u64)> + '_ {
-        self.stacks.iter().map(|&(slot, count)| (FoldedStack { names: &self.names, ids: self.slots.get(slot) }, count))
+        self.stacks.iter().zip(&self.counts).map(|(ids, &count)| (FoldedStack { names: &self.names, ids }, count))
     }
 
     /// Every name a stack may use, by id.
@@ -205,7 +206,7 @@ impl Folded {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.stacks.is_empty()
+        self.counts.is_empty()
     }
 
     /// Every frame name with the kind of code it stands for (thread names are not included).
@@ -213,17 +214,12 @@ impl Folded {
         self.kinds.iter().map(|(name, kind)| (name.as_str(), *kind))
     }
 
-    /// The folded file's length in bytes: what [`write_in_pieces`](Self::write_in_pieces) writes. (Every slot is
-    /// one line: its names are added up in the order they are kept, not in the lines' order, which would read them
-    /// from all over memory.)
+    /// The folded file's length in bytes: what [`write_in_pieces`](Self::write_in_pieces) writes.
     pub fn text_len(&self) -> u64 {
-        debug_assert_eq!(self.stacks.len(), self.slots.ends.len(), "every slot is a line");
-        let names: u64 = self.slots.ids.iter().map(|&id| self.names[id as usize].len() as u64).sum();
+        let names: u64 = self.stacks.ids.iter().map(|&id| self.names[id as usize].len() as u64).sum();
         // The `;`s, a space, the count and the newline.
-        let rest = |&(slot, count): &(u32, u64)| {
-            self.slots.get(slot).len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2
-        };
-        names + self.stacks.iter().map(rest).sum::<u64>()
+        let rest = |(ids, &count): (&[u32], &u64)| ids.len() as u64 + count.checked_ilog10().unwrap_or(0) as u64 + 2;
+        names + self.stacks.iter().zip(&self.counts).map(rest).sum::<u64>()
     }
 
     /// Writes the folded file (`stack count` lines) in pieces of about `piece` bytes, so that it is never held whole:
@@ -290,12 +286,18 @@ impl Folded {
         let mut slots = StackList::default();
         stacks.iter().for_each(|(stack, _)| slots.push(stack));
         let counts: Vec<u64> = stacks.iter().map(|(_, count)| *count).collect();
-        let sorted = slots.sorted(&names, &counts);
-        Folded { names, stacks: sorted, slots, total: counts.iter().sum(), ..Folded::default() }
+        let total = counts.iter().sum();
+        let (stacks, counts) = slots.into_text_order(&names, &counts);
+        Folded { names, stacks, counts, total, ..Folded::default() }
     }
 }
 
-/// Stacks of name ids one after the other in one array (not an allocation each), by slot: the order added.
+/// How many stacks ahead of the one it copies [`StackList::into_text_order`] fetches a stack into the caches: read
+/// in the order of their texts, the stacks are all over memory.
+const COPY_PREFETCH_AHEAD: usize = 8;
+
+/// Stacks of name ids one after the other in one array (not an allocation each), by slot: a [`Folder`]'s in the order
+/// they were added, a [`Folded`]'s in the order of their texts.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct StackList {
     ids: Vec<u32>,
@@ -315,13 +317,26 @@ impl StackList {
         self.ends.push(self.ids.len());
     }
 
-    /// `(slot, count)` of every slot (`counts` by slot), sorted by the text of its stack of `names`.
-    fn sorted(&self, names: &[Box<str>], counts: &[u64]) -> Vec<(u32, u64)> {
+    /// Every stack by the order of their texts (names of `names`), in a new list, and `counts` (by slot) in the
+    /// same order.
+    fn into_text_order(self, names: &[Box<str>], counts: &[u64]) -> (StackList, Vec<u64>) {
         let places = TextPlaces::new(names);
         let mut slots: Vec<u32> = (0..counts.len() as u32).collect();
         let mut keyed = Vec::with_capacity(slots.len());
         self.sort_from(&places, &mut slots, 0, &mut keyed);
-        slots.into_iter().map(|slot| (slot, counts[slot as usize])).collect()
+        let mut sorted = StackList { ids: Vec::with_capacity(self.ids.len()), ends: Vec::with_capacity(slots.len()) };
+        for (i, &slot) in slots.iter().enumerate() {
+            if let Some(&ahead) = slots.get(i + COPY_PREFETCH_AHEAD) {
+                crate::prefetch::all(self.get(ahead));
+            }
+            sorted.push(self.get(slot));
+        }
+        (sorted, slots.iter().map(|&slot| counts[slot as usize]).collect())
+    }
+
+    /// Each stack's ids, by slot.
+    fn iter(&self) -> impl ExactSizeIterator<Item = &[u32]> {
+        (0..self.ends.len() as u32).map(|slot| self.get(slot))
     }
 
     /// Sorts stacks that are the same before frame `from` by a few frames at a time from there ([`TextPlaces::key`]),
@@ -525,7 +540,7 @@ impl Folder {
                 }
             }
         }
-        let stacks = slots.sorted(namer.names(), &counts);
+        let (stacks, counts) = slots.into_text_order(namer.names(), &counts);
 
         let kinds = (0..namer.name_count() as u32)
             .filter(|&id| used[id as usize])
@@ -557,7 +572,7 @@ impl Folder {
         Folded {
             names: namer.into_names(),
             stacks,
-            slots,
+            counts,
             kinds,
             total,
             samples: folded_samples,

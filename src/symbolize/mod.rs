@@ -237,6 +237,18 @@ impl Stack {
     pub fn id(&self) -> u64 {
         self.id
     }
+
+    /// Asks the CPU for where the frames are (first of two steps: see [`prefetch_frames`](Self::prefetch_frames)).
+    pub fn prefetch_place(&self) {
+        crate::prefetch::at(Arc::as_ptr(&self.frames).cast());
+    }
+
+    /// Asks the CPU for the frames: a few samples ahead of the one in hand, for a stage on another thread than the
+    /// one that named them, whose caches hold none of them. It reads where they are, which
+    /// [`prefetch_place`](Self::prefetch_place) fetched a few samples earlier still.
+    pub fn prefetch_frames(&self) {
+        crate::prefetch::all(&self.frames);
+    }
 }
 
 /// An unshared stack (id 0).

@@ -178,6 +178,9 @@ const CHUNKS_IN_FLIGHT: usize = 3;
 const BATCH_SAMPLES: usize = 512;
 const BATCHES_IN_FLIGHT: usize = 4;
 
+/// How many samples ahead of the one it renders the report stage fetches a sample's frames into its caches.
+const REPORT_PREFETCH_AHEAD: usize = 4;
+
 /// Symbolizes `dir/perf.data` and (re)writes perf_script.out, folded_stacks.out, flamegraph.svg, metadata.txt and
 /// prof.tar.gz in `dir`.
 pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
@@ -316,8 +319,14 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                 let started = Instant::now();
                 let mut sink = SampleSink::new(report_opts, to_writer, recycled);
                 for mut batch in batches {
-                    for sample in &mut batch {
-                        sink.take(sample)?;
+                    for i in 0..batch.len() {
+                        if let Some(ahead) = batch.get(i + 2 * REPORT_PREFETCH_AHEAD) {
+                            ahead.frames.prefetch_place();
+                        }
+                        if let Some(ahead) = batch.get(i + REPORT_PREFETCH_AHEAD) {
+                            ahead.frames.prefetch_frames();
+                        }
+                        sink.take(&mut batch[i])?;
                     }
                     // Dropped by the naming thread, whose core holds the counts of the names it shares: dropped
                     // here, every sample's shared names would move their counts between the cores.
