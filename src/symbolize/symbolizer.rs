@@ -384,20 +384,22 @@ impl Symbolizer {
     /// [`for_each_sample`](Self::for_each_sample) calls it too, for callers that did not (each source starts once).
     pub fn prefetch(&mut self, reader: &PerfDataReader) {
         self.learn_recording(reader);
+        // The jitdumps first: the samples of a JIT's threads wait for them before anything else, and a thread
+        // started while every CPU is busy can wait behind this one until it blocks (1–2 ms on 2 CPUs). Naming a
+        // `perf record` folder of the API took 0.4–0.7 ms less this way round (60 alternating runs).
+        // A recording still being written is not waited on here.
+        if reader.following_progress().is_none() {
+            let _first_sample = reader.skim_records(|_, record| match record {
+                Skimmed::Sample { .. } => Err(anyhow::anyhow!("the first sample")),
+                Skimmed::Record(record) => {
+                    self.read_jitdump_ahead(&record);
+                    Ok(())
+                }
+            });
+        }
         if reader.events().iter().any(|e| !e.attr.excludes_kernel()) {
             self.sources.prefetch_kernel();
         }
-        // A recording still being written is not waited on here.
-        if reader.following_progress().is_some() {
-            return;
-        }
-        let _first_sample = reader.skim_records(|_, record| match record {
-            Skimmed::Sample { .. } => Err(anyhow::anyhow!("the first sample")),
-            Skimmed::Record(record) => {
-                self.read_jitdump_ahead(&record);
-                Ok(())
-            }
-        });
     }
 
     /// [`for_each_sample`](Self::for_each_sample) of an on-CPU recording still being written (a reader
