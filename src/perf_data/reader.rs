@@ -412,15 +412,11 @@ impl PerfDataReader {
     /// header for its size.
     pub fn prefetch_record(&self, offset: u64) {
         let Ok(rec) = self.whole_record_at(offset) else { return };
-        for line in rec.chunks(64).take(PREFETCH_LINES) {
-            crate::prefetch::at(line.as_ptr());
-        }
+        crate::prefetch::all(&rec[..rec.len().min(PREFETCH_LINES * 64)]);
         // A small record (no stack copy) is whole in the lines above; only a longer one's tail is asked for again.
         let tail = rec.len().saturating_sub(PREFETCH_TAIL).max(PREFETCH_LINES * 64);
         if let Some(tail) = rec.get(tail..) {
-            for line in tail.chunks(64) {
-                crate::prefetch::at(line.as_ptr());
-            }
+            crate::prefetch::all(tail);
             crate::prefetch::at(rec[rec.len() - 8..].as_ptr());
         }
     }
