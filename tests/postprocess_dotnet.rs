@@ -16,7 +16,7 @@ use support::golden::copy_tree;
 use support::perf::{perf_record, perf_script_leaves};
 use support::profcpu::{folded_map, plain_tar_extract, postprocess_ok, read, tar_list};
 use support::running_app::{exclusive, RunningApp};
-use support::scratch::Scratch;
+use support::scratch::{run_dir, Scratch};
 use support::{PROFCPU, START_TIMEOUT};
 
 /// Still the legacy runtime: the .NET 8 move of these tests comes with naming .NET 8 processes started without
@@ -87,10 +87,6 @@ fn without_app_files(cmd: &[&str]) -> std::process::Output {
     out
 }
 
-fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("pp-dotnet-{}", std::process::id()))
-}
-
 /// One collection of the spin workload shared by the tests of this file (taken once; the app is gone after it).
 struct Collection {
     run_dir: PathBuf,
@@ -102,14 +98,8 @@ fn collection() -> &'static Collection {
     static ONCE: std::sync::OnceLock<Collection> = std::sync::OnceLock::new();
     ONCE.get_or_init(|| {
         let _cpu = exclusive();
-        let base = fixture_dir();
+        let base = run_dir("pp-dotnet");
         let _ = std::fs::remove_dir_all(&base);
-        // A static is never dropped: remove the folder when the test binary exits.
-        extern "C" fn remove_fixture() {
-            let _ = std::fs::remove_dir_all(fixture_dir());
-        }
-        // SAFETY: registers a plain function with the C runtime's exit handlers.
-        unsafe { libc::atexit(remove_fixture) };
         let mut app = start_app();
         let run_dir = collect(app.pid(), &base);
         stop_app(&mut app);

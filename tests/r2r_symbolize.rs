@@ -27,7 +27,7 @@ use support::golden::copy_tree;
 use support::perf::perf_record;
 use support::profcpu::{collect, postprocess_hiding, postprocess_ok, read};
 use support::running_app::{exclusive, RunningApp};
-use support::scratch::Scratch;
+use support::scratch::{run_dir, Scratch};
 use support::START_TIMEOUT;
 
 const CORELIB: &str = "System.Private.CoreLib.dll";
@@ -99,20 +99,10 @@ struct Collection {
     runtime: PathBuf,
 }
 
-fn fixture_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("r2r-symbolize-{}", std::process::id()))
-}
-
 fn collect_workers(dotnet: Dotnet, env: &[(&str, &str)]) -> Collection {
     let _cpu = exclusive();
-    let base = fixture_dir().join(dotnet.version());
+    let base = run_dir("r2r-symbolize").join(dotnet.version());
     std::fs::create_dir_all(&base).unwrap();
-    // A static is never dropped: remove the folder when the test binary exits.
-    extern "C" fn remove_fixture() {
-        let _ = std::fs::remove_dir_all(fixture_dir());
-    }
-    // SAFETY: registers a plain function with the C runtime's exit handlers.
-    unsafe { libc::atexit(remove_fixture) };
     let runtime = dotnet.runtime_dir();
     let mut cmd = dotnet.command(&runtime, &workers(dotnet), &["60", "2"]);
     for (key, value) in env {

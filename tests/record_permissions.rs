@@ -11,6 +11,7 @@ use support::busy::*;
 use support::perf::*;
 use support::profcpu::*;
 use support::recording::*;
+use support::scratch::run_dir_under;
 use support::PROFCPU;
 
 const NOBODY: &str = "65534";
@@ -24,24 +25,9 @@ fn paranoid() -> i32 {
 fn nobody_dir() -> &'static std::path::Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        // Folders of earlier runs whose test process is gone (killed before its exit handlers ran) are removed.
-        for entry in std::fs::read_dir(std::env::temp_dir()).unwrap().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.strip_prefix("profcpu-perm-") {
-                if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
-            }
-        }
-        let dir = own_nobody_dir();
+        let dir = run_dir_under(&std::env::temp_dir(), "profcpu-perm");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir(&dir).unwrap();
-        // A static is never dropped: remove the folder when the test binary exits.
-        extern "C" fn remove_nobody_dir() {
-            let _ = std::fs::remove_dir_all(own_nobody_dir());
-        }
-        // SAFETY: registers a plain function with the C runtime's exit handlers.
-        unsafe { libc::atexit(remove_nobody_dir) };
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         for (from, name) in [(PathBuf::from(PROFCPU), "profcpu"), (busy_binary().to_path_buf(), "busy")] {
             std::fs::copy(&from, dir.join(name)).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
@@ -49,11 +35,6 @@ fn nobody_dir() -> &'static std::path::Path {
         }
         dir
     })
-}
-
-/// This test binary's folder for [`nobody_dir`].
-fn own_nobody_dir() -> PathBuf {
-    std::env::temp_dir().join(format!("profcpu-perm-{}", std::process::id()))
 }
 
 /// The busy workload, runnable by nobody.

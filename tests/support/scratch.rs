@@ -35,23 +35,39 @@ impl Drop for Scratch {
 }
 
 /// `<cargo tmp>/<prefix>-<pid>`: this test binary's folder for what lasts the whole run (programs built once,
-/// fake targets' roots). The folders of earlier runs whose process is gone are removed the first time a prefix is
-/// asked for.
+/// fake targets' roots, fixtures shared by its tests); see [`run_dir_under`].
 pub fn run_dir(prefix: &str) -> PathBuf {
-    static CLEANED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
-    let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let mut cleaned = CLEANED.lock().unwrap_or_else(|e| e.into_inner());
-    if !cleaned.iter().any(|p| p == prefix) {
-        let earlier = format!("{prefix}-");
-        for entry in std::fs::read_dir(&base).into_iter().flatten().flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if let Some(pid) = name.strip_prefix(&earlier).and_then(|p| p.parse::<u32>().ok()) {
-                if !Path::new(&format!("/proc/{pid}")).exists() {
-                    let _ = std::fs::remove_dir_all(entry.path());
-                }
+    run_dir_under(Path::new(env!("CARGO_TARGET_TMPDIR")), prefix)
+}
+
+/// `<base>/<prefix>-<pid>` (not created). It is removed when the test binary exits (a static is never dropped), and
+/// the folders of earlier runs whose process is gone (killed before it could remove them) the first time a prefix
+/// is asked for.
+pub fn run_dir_under(base: &Path, prefix: &str) -> PathBuf {
+    static GIVEN: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    extern "C" fn remove_given() {
+        for dir in GIVEN.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+    let dir = base.join(format!("{prefix}-{}", std::process::id()));
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+    if given.contains(&dir) {
+        return dir;
+    }
+    let earlier = format!("{prefix}-");
+    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if let Some(pid) = name.strip_prefix(&earlier).and_then(|p| p.parse::<u32>().ok()) {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_dir_all(entry.path());
             }
         }
-        cleaned.push(prefix.to_string());
     }
-    base.join(format!("{prefix}-{}", std::process::id()))
+    if given.is_empty() {
+        // SAFETY: registers a plain function with the C runtime's exit handlers.
+        unsafe { libc::atexit(remove_given) };
+    }
+    given.push(dir.clone());
+    dir
 }
