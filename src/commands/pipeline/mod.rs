@@ -15,6 +15,7 @@
 //! the naming files) must be a regular file, not a symlink, within its size cap ([`crate::fs::input`]).
 
 mod earlier;
+mod handoff;
 mod perf_data_follower;
 mod sample_sink;
 mod script_file;
@@ -318,7 +319,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             let report = spawn_named(scope, "report", move || -> Result<Profile> {
                 let started = Instant::now();
                 let mut sink = SampleSink::new(report_opts, to_writer, recycled);
-                for mut batch in batches {
+                while let Ok(mut batch) = handoff::recv(&batches) {
                     for i in 0..batch.len() {
                         if let Some(ahead) = batch.get(i + 2 * REPORT_PREFETCH_AHEAD) {
                             ahead.frames.prefetch_place();
@@ -346,14 +347,13 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
                     let mut next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
                     next.clear();
                     // A report stage that stopped (its writer failed) says why when joined.
-                    to_report
-                        .send(std::mem::replace(&mut batch, next))
+                    handoff::send(&to_report, std::mem::replace(&mut batch, next))
                         .map_err(|_| anyhow!("the report stage stopped"))?;
                 }
                 Ok(())
             });
             if !batch.is_empty() {
-                let _ = to_report.send(batch);
+                let _ = handoff::send(&to_report, batch);
             }
             drop(to_report);
             tracing::debug!("named the samples in {:.1?} ({})", started.elapsed(), thread_cpu());

@@ -191,7 +191,7 @@ impl SampleSink {
         let mut next = self.recycled.try_recv().unwrap_or_default();
         next.clear();
         let full = std::mem::replace(&mut self.chunk, next);
-        if self.to_writer.send(full).is_err() {
+        if super::handoff::send(&self.to_writer, full).is_err() {
             // The writer stopped on an error; it reports it when joined.
             bail!("the perf script writer stopped");
         }

@@ -42,7 +42,7 @@ pub fn write(
     let mut len = 0u64;
     let mut reserve = Reserve::default();
     let error = || format!("cannot write {}", path.display());
-    for chunk in chunks {
+    while let Ok(chunk) = super::handoff::recv(&chunks) {
         if let Some(over) = first_chunk.take().and_then(|f| f()) {
             earlier = Some(Earlier::of(&over));
             file = over;
@@ -58,7 +58,7 @@ pub fn write(
             write_all_vectored(&mut file, &mut slices).with_context(error)?;
         }
         len += chunk.len as u64;
-        if done.send(Written { chunk, as_before: unchanged }).is_err() {
+        if super::handoff::send(&done, Written { chunk, as_before: unchanged }).is_err() {
             // The compressor stopped on an error; it reports it.
             bail!("the perf script compressor stopped");
         }
@@ -136,7 +136,7 @@ pub fn compress(
     // While the chunks are as before: the earlier archive and the CRC of the chunks passed by.
     let mut passing: Option<(File, Crc)> = None;
     let mut earlier = Some(earlier);
-    for Written { chunk, as_before } in chunks {
+    while let Ok(Written { chunk, as_before }) = super::handoff::recv(&chunks) {
         if let Some(earlier) = earlier.take().filter(|_| as_before) {
             passing = holding_a_streamed_entry(earlier()).map(|archive| (archive, Crc::new()));
         }

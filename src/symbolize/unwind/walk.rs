@@ -127,7 +127,10 @@ struct CallersWalked {
 /// the same depth returns to the same state wherever in it the sample fell. One walk per slot of a fixed table,
 /// the latest: memory stays bounded whatever the recording. Where few walks are found (nearly every stack
 /// distinct), remembering costs more than it saves: it rests a while, then tries again.
+#[derive(Default)]
 struct Walks {
+    /// Empty until a walk is first remembered: a recording without stack copies never walks, and filling the table
+    /// costs its naming thread a hundred page faults before its first sample.
     slots: Vec<Option<Remembered>>,
     /// Lookups and hits since the last check.
     lookups: u32,
@@ -151,13 +154,6 @@ const REMEMBERED_WALKS: usize = 4096;
 const CHECK_EVERY: u32 = 1024;
 const REST: u32 = 16 * 1024;
 
-impl Default for Walks {
-    fn default() -> Walks {
-        let slots = (0..REMEMBERED_WALKS).map(|_| None).collect();
-        Walks { slots, lookups: 0, hits: 0, resting: 0, log: Vec::new() }
-    }
-}
-
 impl Walks {
     fn slot(key: &CallerKey) -> usize {
         use std::hash::BuildHasher;
@@ -180,13 +176,16 @@ impl Walks {
             }
             (self.lookups, self.hits) = (0, 0);
         }
-        let r = self.slots[Self::slot(key)].as_ref().filter(|r| r.key == *key)?;
+        let r = self.slots.get(Self::slot(key))?.as_ref().filter(|r| r.key == *key)?;
         let same = r.reads.iter().all(|&(addr, value)| read(addr).ok() == value);
         self.hits += same as u32;
         same.then_some(&r.walked)
     }
 
     fn put(&mut self, key: CallerKey, reads: &[(u64, Option<u64>)], frames: &[u64], complete: bool) {
+        if self.slots.is_empty() {
+            self.slots.resize_with(REMEMBERED_WALKS, || None);
+        }
         match &mut self.slots[Self::slot(&key)] {
             // The slot's vectors are reused: no allocation per walk once the table is full.
             Some(r) => {
