@@ -85,9 +85,7 @@ impl Process {
     /// Reads `name` (relative to `/proc/<pid>`), at most `cap` bytes.
     fn read(&self, name: &str, cap: u64) -> io::Result<Vec<u8>> {
         let fd = openat(self.dir.as_fd(), name, OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())?;
-        let mut bytes = Vec::new();
-        File::from(fd).take(cap).read_to_end(&mut bytes)?;
-        Ok(bytes)
+        read_whole(File::from(fd), cap)
     }
 
     pub fn status(&self) -> io::Result<Status> {
@@ -240,11 +238,26 @@ pub fn kallsyms() -> io::Result<impl BufRead> {
     Ok(io::BufReader::with_capacity(1 << 16, File::open("/proc/kallsyms")?.take(MAX_KALLSYMS)))
 }
 
+/// What a read of a kernel-made file asks for first. Such a file says its size is 0, so a read into an empty buffer
+/// starts with a 32-byte probe and doubles from there: eight reads for a 1.5 KB `/proc/PID/status`, each of which
+/// has the kernel make the whole text again.
+const FIRST_READ: usize = 16 << 10;
+
+/// All of a kernel-made file, at most `cap` bytes.
+fn read_whole(file: File, cap: u64) -> io::Result<Vec<u8>> {
+    let mut bytes = Vec::with_capacity(FIRST_READ.min(cap as usize));
+    file.take(cap).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_whole`] as text (invalid UTF-8 is an error).
+fn read_text(path: &str, cap: u64) -> io::Result<String> {
+    String::from_utf8(read_whole(File::open(path)?, cap)?).map_err(|_| io::Error::other(format!("{path} is not text")))
+}
+
 /// A small kernel file (`/proc/sys/...`, `/sys/...`), trimmed.
 pub fn read_setting(path: &str) -> io::Result<String> {
-    let mut text = String::new();
-    File::open(path)?.take(64 << 10).read_to_string(&mut text)?;
-    Ok(text.trim().to_string())
+    Ok(read_text(path, 64 << 10)?.trim().to_string())
 }
 
 /// Context switches on the whole machine since boot (the `ctxt` line of `/proc/stat`).
@@ -267,8 +280,7 @@ pub fn written_before_start(mtime: i64, started: u64) -> bool {
 
 /// The value of /proc/stat's line `key VALUE`.
 fn system_stat(key: &str) -> io::Result<u64> {
-    let mut text = String::new();
-    File::open("/proc/stat")?.take(MAX_STATUS * 16).read_to_string(&mut text)?;
+    let text = read_text("/proc/stat", MAX_STATUS * 16)?;
     text.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse().ok())
         .ok_or_else(|| io::Error::other(format!("no {key} line in /proc/stat")))
@@ -288,10 +300,7 @@ fn context_switches_of(status: &str) -> u64 {
 /// Where file systems of type `fstype` are mounted, as this process sees them (`/proc/self/mounts`; octal escapes
 /// such as `\040` for a space are decoded).
 pub fn mount_points(fstype: &str) -> Vec<std::path::PathBuf> {
-    let mut text = String::new();
-    if File::open("/proc/self/mounts").and_then(|f| f.take(MAX_MAPS).read_to_string(&mut text)).is_err() {
-        return Vec::new();
-    }
+    let Ok(text) = read_text("/proc/self/mounts", MAX_MAPS) else { return Vec::new() };
     text.lines()
         .filter_map(|line| {
             let mut words = line.split(' ');
