@@ -5,8 +5,8 @@
 //! own CPU: with 2 CPUs and a busy cache domain it does not look for the idle one, so the woken thread queues
 //! behind its waker while the other CPU idles (traced in docs/PERFORMANCE.md, twenty-third session). Yielding,
 //! a waiting thread keeps its CPU without taking it from a thread that has work there. Waiting 50 µs so took a
-//! cold `postprocess` of a `perf record` folder 0.5–1 ms less of 16 (alternating runs, twenty-fourth session); 20 µs
-//! was too short to matter, 200 µs kept the other threads from moving to the CPU it held.
+//! cold `postprocess` of a `perf record` folder 0.6–1.6 ms less of 16–18 (docs/PERFORMANCE.md, twenty-fourth
+//! session); 20 µs was too short to matter, and 200 µs no better than none.
 
 use std::sync::mpsc::{Receiver, RecvError, SendError, SyncSender, TryRecvError, TrySendError};
 use std::time::{Duration, Instant};
