@@ -255,6 +255,11 @@ fn read_text(path: &str, cap: u64) -> io::Result<String> {
     String::from_utf8(read_whole(File::open(path)?, cap)?).map_err(|_| io::Error::other(format!("{path} is not text")))
 }
 
+/// A file of profcpu's own `/proc/self` (`cgroup`, `mountinfo`), as text.
+pub fn own(name: &str) -> io::Result<String> {
+    read_text(&format!("/proc/self/{name}"), MAX_MOUNTINFO)
+}
+
 /// A small kernel file (`/proc/sys/...`, `/sys/...`), trimmed.
 pub fn read_setting(path: &str) -> io::Result<String> {
     Ok(read_text(path, 64 << 10)?.trim().to_string())

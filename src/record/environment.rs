@@ -47,7 +47,7 @@ impl Evidence {
         Evidence {
             initial_pid_namespace: in_initial("pid", PROC_PID_INIT_INO),
             initial_user_namespace: in_initial("user", PROC_USER_INIT_INO),
-            cgroup: std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default(),
+            cgroup: crate::procfs::own("cgroup").unwrap_or_default(),
             dockerenv: Path::new("/.dockerenv").exists(),
             containerenv: Path::new("/run/.containerenv").exists(),
             root_fs_type: root_fs_type().unwrap_or_default(),
@@ -83,7 +83,7 @@ pub fn detect() -> Environment {
 
 /// The type of the file system at `/` (the last mount there wins).
 fn root_fs_type() -> Option<String> {
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mountinfo = crate::procfs::own("mountinfo").ok()?;
     // `ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER_OPTIONS` (proc(5)).
     mountinfo
         .lines()

@@ -117,7 +117,7 @@ fn capability_and_seccomp_fix(env: Environment) -> String {
 pub fn kernel_symbols_hidden() -> String {
     const CAP_SYSLOG: u32 = 34;
     let restrict: Option<i32> =
-        std::fs::read_to_string("/proc/sys/kernel/kptr_restrict").ok().and_then(|v| v.trim().parse().ok());
+        crate::procfs::read_setting("/proc/sys/kernel/kptr_restrict").ok().and_then(|v| v.parse().ok());
     let syslog = has_capability(CAP_SYSLOG);
     let paranoid = perf_event_paranoid().map_or_else(|| "unknown".to_string(), |p| p.to_string());
     let grant = match environment() {

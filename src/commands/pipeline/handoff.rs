@@ -2,9 +2,9 @@
 //! and sleeps only when the wait goes on.
 //!
 //! A thread that sleeps is woken by the thread that hands it work, and the kernel tends to wake it on that thread's
-//! own CPU: with 2 CPUs and a busy cache domain it does not look for the idle one, so the woken thread queues
-//! behind its waker while the other CPU idles (traced in docs/PERFORMANCE.md, twenty-third session). Yielding,
-//! a waiting thread keeps its CPU without taking it from a thread that has work there. Waiting 50 µs so took a
+//! own CPU: on 2 CPUs, 80 % of the wake-ups traced put the woken thread behind its waker while the other CPU was
+//! idle (docs/PERFORMANCE.md, twenty-third session). Yielding, a waiting thread keeps its CPU without taking it from
+//! a thread that has work there. Waiting 50 µs so took a
 //! cold `postprocess` of a `perf record` folder 0.6–1.6 ms less of 16–18 (docs/PERFORMANCE.md, twenty-fourth
 //! session); 20 µs was too short to matter, and 200 µs no better than none.
 
@@ -28,9 +28,8 @@ pub fn recv<T>(from: &Receiver<T>) -> Result<T, RecvError> {
 }
 
 /// Sends `item` on `to` once it has room (as [`SyncSender::send`]).
-pub fn send<T>(to: &SyncSender<T>, item: T) -> Result<(), SendError<T>> {
+pub fn send<T>(to: &SyncSender<T>, mut item: T) -> Result<(), SendError<T>> {
     let started = Instant::now();
-    let mut item = item;
     loop {
         match to.try_send(item) {
             Ok(()) => return Ok(()),
