@@ -119,7 +119,7 @@ pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Opti
     let table = elf::function_symbols(data, SymbolSource::Dynsym, &info.loads).unwrap_or_default();
     // A stripped file: its exported symbols name little of its code, the rest is grouped by function (the file
     // stays open until that is first needed; with a full symbol table it hardly ever is, so it is not kept).
-    let functions = FunctionBounds::of_elf(file, data, &info.loads);
+    let functions = FunctionBounds::of_elf(image, &info.loads);
     DsoSymbols::Elf { table, origin: Origin::Dynsym, functions }
 }
 

@@ -4,13 +4,13 @@
 //! Symbols are returned in *file-offset* space: `addr - mapping.start + mapping.pgoff` is then all a lookup needs,
 //! whatever the load bias (PIE executables, shared libraries), and captured tables keep the same key.
 
+use super::file_copy::FileCopy;
 use super::symbol_table::{SymbolTable, SymbolTableBuilder};
 use anyhow::{Context, Result};
 use object::elf as abi;
 use object::read::elf::{FileHeader, SectionHeader};
 use object::{Object, ObjectSegment, ObjectSymbol, ReadRef, SectionIndex, SymbolKind, SymbolSection};
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 
 pub const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 /// Size given to a last zero-size symbol, which has no successor to end it.
@@ -40,13 +40,10 @@ pub enum SymbolSource {
 }
 
 /// The parts of an ELF file that naming reads (headers, section headers, symbol and string tables, notes, the
-/// debuglink), copied into memory with a few large reads; the rest stays zero. Mapping the file instead would let
-/// whoever owns it (a container) kill profcpu with SIGBUS by truncating it during the read; reading through a cache
-/// of small blocks costs one system call per symbol name (tens of thousands for libcoreclr). The copy is as long as
-/// the file, in fresh anonymous memory: only the pages that are read into are ever touched (and none is zeroed by
-/// hand first), so a 300 MB debug file costs its symbol table.
+/// debuglink) in a [`FileCopy`] of it, read with a few large reads; the rest stays unread until a later reader (the
+/// function bounds of `.eh_frame`) reaches it.
 pub struct ElfImage {
-    bytes: memmap2::MmapMut,
+    copy: FileCopy,
 }
 
 /// Larger files are not read (no shared library or debug file comes near it; a planted sparse file could).
@@ -60,53 +57,49 @@ impl ElfImage {
         if len < 4 {
             return Ok(None);
         }
-        let bytes = memmap2::MmapMut::map_anon(len as usize).context("out of memory")?;
-        let mut image = ElfImage { bytes };
-        image.fill(file, 0, 64.min(len))?;
-        if !is_elf(&image.bytes[..]) {
+        let mut image = ElfImage { copy: FileCopy::new(file.try_clone().context("cannot open the file")?, len)? };
+        image.copy.fill(0, 64)?;
+        if !is_elf(image.bytes()) {
             return Ok(None);
         }
-        match image.bytes.get(4).map(|&class| abi::FileClass(class)) {
-            Some(abi::ELFCLASS64) => image.fill_tables::<abi::FileHeader64<object::Endianness>>(file)?,
-            _ => image.fill_tables::<abi::FileHeader32<object::Endianness>>(file)?,
+        match image.bytes().get(4).map(|&class| abi::FileClass(class)) {
+            Some(abi::ELFCLASS64) => image.fill_tables::<abi::FileHeader64<object::Endianness>>()?,
+            _ => image.fill_tables::<abi::FileHeader32<object::Endianness>>()?,
         }
         Ok(Some(image))
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.copy.bytes()
     }
 
-    /// Copies `len` bytes at `offset` of the file (clamped to its length).
-    fn fill(&mut self, file: &File, offset: u64, len: u64) -> Result<()> {
-        let start = offset.min(self.bytes.len() as u64) as usize;
-        let end = offset.saturating_add(len).min(self.bytes.len() as u64) as usize;
-        crate::prefault::for_writing(&mut self.bytes[start..end]);
-        file.read_exact_at(&mut self.bytes[start..end], start as u64).context("cannot read the file")
+    /// The copy, for reading more of the file.
+    pub fn into_copy(self) -> FileCopy {
+        self.copy
     }
 
-    fn fill_tables<Elf: FileHeader<Endian = object::Endianness>>(&mut self, file: &File) -> Result<()> {
-        let header = Elf::parse(&self.bytes[..]).context("unreadable ELF header")?;
+    fn fill_tables<Elf: FileHeader<Endian = object::Endianness>>(&mut self) -> Result<()> {
+        let header = Elf::parse(self.bytes()).context("unreadable ELF header")?;
         let endian = header.endian().context("unreadable ELF header")?;
         let phdrs = header.e_phentsize(endian) as u64 * header.e_phnum(endian) as u64;
         let shdrs = header.e_shentsize(endian) as u64 * header.e_shnum(endian) as u64;
         let (phoff, shoff) = (header.e_phoff(endian).into(), header.e_shoff(endian).into());
-        self.fill(file, phoff, phdrs)?;
-        self.fill(file, shoff, shdrs)?;
+        self.copy.fill(phoff, phdrs)?;
+        self.copy.fill(shoff, shdrs)?;
         // Section names first: a PROGBITS section is read only when it is the debuglink.
         let names = {
-            let header = Elf::parse(&self.bytes[..]).context("unreadable ELF header")?;
-            let Ok(sections) = header.sections(endian, &self.bytes[..]) else { return Ok(()) };
-            let index = header.shstrndx(endian, &self.bytes[..]).ok();
+            let header = Elf::parse(self.bytes()).context("unreadable ELF header")?;
+            let Ok(sections) = header.sections(endian, self.bytes()) else { return Ok(()) };
+            let index = header.shstrndx(endian, self.bytes()).ok();
             index.and_then(|i| sections.section(SectionIndex(i as usize)).ok()).and_then(|s| s.file_range(endian))
         };
         if let Some((offset, len)) = names {
-            self.fill(file, offset, len)?;
+            self.copy.fill(offset, len)?;
         }
         let wanted = [abi::SHT_SYMTAB, abi::SHT_DYNSYM, abi::SHT_STRTAB, abi::SHT_NOTE, abi::SHT_PROGBITS];
         let mut ranges: Vec<(u64, u64)> = Vec::new();
-        let header = Elf::parse(&self.bytes[..]).context("unreadable ELF header")?;
-        let sections = header.sections(endian, &self.bytes[..]).context("unreadable ELF section headers")?;
+        let header = Elf::parse(self.bytes()).context("unreadable ELF header")?;
+        let sections = header.sections(endian, self.bytes()).context("unreadable ELF section headers")?;
         for section in sections.iter() {
             let kind = section.sh_type(endian);
             if !wanted.contains(&kind) {
@@ -121,7 +114,7 @@ impl ElfImage {
             ranges.extend(section.file_range(endian));
         }
         for (offset, len) in ranges {
-            self.fill(file, offset, len)?;
+            self.copy.fill(offset, len)?;
         }
         Ok(())
     }
@@ -176,9 +169,10 @@ fn is_function<'data, S: ObjectSymbol<'data>>(s: &S) -> bool {
 }
 
 /// Preference among symbols at one address (lower wins): sized over zero-size, functions over labels, global over
-/// weak over local, fewer leading underscores (`memcpy` over `__memcpy_avx_unaligned`), shorter. Packed into one
-/// number (in that order of importance) so that sorting tens of thousands of symbols compares integers.
-fn rank<'data, S: ObjectSymbol<'data>>(s: &S, name: &str) -> u64 {
+/// weak over local, fewer leading underscores (`memcpy` over `__memcpy_avx_unaligned`), shorter, earlier in the
+/// table. Packed into one number (in that order of importance; counts beyond their field are equal) so that sorting
+/// thousands of symbols compares integers.
+fn rank<'data, S: ObjectSymbol<'data>>(s: &S, name: &str, index: u32) -> u64 {
     let binding = if s.is_global() {
         0
     } else if s.is_weak() {
@@ -186,13 +180,14 @@ fn rank<'data, S: ObjectSymbol<'data>>(s: &S, name: &str) -> u64 {
     } else {
         2
     };
-    let underscores = name.bytes().take_while(|&b| b == b'_').count().min(0xffff) as u64;
-    let len = name.len().min(u32::MAX as usize) as u64;
+    let underscores = name.bytes().take_while(|&b| b == b'_').count().min(0xff) as u64;
+    let len = name.len().min(0xf_ffff) as u64;
     ((s.size() == 0) as u64) << 63
         | ((s.kind() != SymbolKind::Text) as u64) << 62
         | binding << 60
-        | underscores << 32
-        | len
+        | underscores << 52
+        | len << 32
+        | index as u64
 }
 
 /// The file's function symbols from the given table, keyed by file offset (via `segments`, normally the file's own
@@ -202,44 +197,67 @@ pub fn function_symbols<'data, R: ReadRef<'data>>(
     source: SymbolSource,
     segments: &[LoadSegment],
 ) -> Result<SymbolTable> {
-    let file = object::File::parse(data).context("unreadable ELF")?;
-    let iter = match source {
-        SymbolSource::Symtab => file.symbols(),
-        SymbolSource::Dynsym => file.dynamic_symbols(),
+    use object::read::elf::{ElfFile32, ElfFile64};
+    // The ELF reader itself rather than `object::File`, whose every call on a symbol first asks which format it is.
+    let table = match object::FileKind::parse(data).context("unreadable ELF")? {
+        object::FileKind::Elf64 => {
+            let file = ElfFile64::<object::Endianness, R>::parse(data).context("unreadable ELF")?;
+            match source {
+                SymbolSource::Symtab => table_of(file.symbols(), segments),
+                SymbolSource::Dynsym => table_of(file.dynamic_symbols(), segments),
+            }
+        }
+        object::FileKind::Elf32 => {
+            let file = ElfFile32::<object::Endianness, R>::parse(data).context("unreadable ELF")?;
+            match source {
+                SymbolSource::Symtab => table_of(file.symbols(), segments),
+                SymbolSource::Dynsym => table_of(file.dynamic_symbols(), segments),
+            }
+        }
+        _ => anyhow::bail!("not an ELF file"),
     };
-    // (file offset, size, preference, name)
-    let mut found: Vec<(u64, u64, u64, &'data str)> = Vec::new();
-    let version_mark = memchr::memmem::Finder::new(b"@@");
-    for s in iter {
+    Ok(table)
+}
+
+fn table_of<'data, S: ObjectSymbol<'data>>(symbols: impl Iterator<Item = S>, segments: &[LoadSegment]) -> SymbolTable {
+    // Per function symbol, its size and name, and a sort key: its file offset, then its rank.
+    let mut found: Vec<(u64, &'data str)> = Vec::new();
+    let mut keys: Vec<u128> = Vec::new();
+    for s in symbols {
         if !is_function(&s) {
             continue;
         }
         let Ok(name) = s.name() else { continue };
-        // Versioned dynamic names (`memcpy@@GLIBC_2.14`) read better without the version.
-        let name = match version_mark.find(name.as_bytes()) {
-            Some(at) => &name[..at],
-            None => name,
-        };
         let Some(offset) = vaddr_to_offset(segments, s.address()) else { continue };
-        found.push((offset, s.size(), rank(&s, name), name));
+        let Ok(index) = u32::try_from(found.len()) else { break };
+        let name = without_version(name);
+        keys.push(u128::from(offset) << 64 | u128::from(rank(&s, name, index)));
+        found.push((s.size(), name));
     }
-    // By offset, then preference, then the table's order (the index makes the unstable sort's result the stable one's,
-    // while it only moves small keys).
-    let mut order: Vec<(u64, u64, u32)> = found.iter().enumerate().map(|(i, f)| (f.0, f.2, i as u32)).collect();
-    order.sort_unstable();
-    order.dedup_by_key(|o| o.0);
-    let found: Vec<_> = order.iter().map(|o| found[o.2 as usize]).collect();
+    keys.sort_unstable();
+    // The preferred symbol at each offset.
+    keys.dedup_by_key(|key| *key >> 64);
     let mut table = SymbolTableBuilder::new(true);
-    for i in 0..found.len() {
-        let (start, size, _, name) = found[i];
+    for (i, key) in keys.iter().enumerate() {
+        let start = (key >> 64) as u64;
+        let (size, name) = found[*key as u32 as usize];
         let end = if size > 0 {
             start.saturating_add(size)
         } else {
-            found.get(i + 1).map_or(start.saturating_add(OPEN_ENDED_SIZE), |next| next.0)
+            keys.get(i + 1).map_or(start.saturating_add(OPEN_ENDED_SIZE), |next| (next >> 64) as u64)
         };
         table.push(start, end, name);
     }
-    Ok(table.build())
+    table.build()
+}
+
+/// A versioned dynamic name (`memcpy@@GLIBC_2.14`) without its version, which reads better.
+fn without_version(name: &str) -> &str {
+    // Names are short: a plain scan beats a searcher's setup.
+    match name.as_bytes().windows(2).position(|pair| pair == b"@@") {
+        Some(at) => &name[..at],
+        None => name,
+    }
 }
 
 /// The file offset of `vaddr`, through the PT_LOAD segment holding it (none when the offset would not fit in 64

@@ -14,11 +14,10 @@
 //! of its functions. A file without that table (or with one in an encoding linkers do not write) has every FDE
 //! parsed at once.
 
-use super::elf::{vaddr_to_offset, LoadSegment};
+use super::elf::{vaddr_to_offset, ElfImage, LoadSegment};
+use super::file_copy::FileCopy;
 use super::ranges::{Range, RangeTable};
 use gimli::{BaseAddresses, CieOrFde, EhFrame, EhFrameOffset, RunTimeEndian, UnwindSection};
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::sync::{Mutex, OnceLock};
 
 /// A larger `.eh_frame` is not read (the biggest real ones, a browser's, are tens of MB; a planted file could
@@ -31,8 +30,8 @@ const MAX_WALK: usize = 64;
 
 /// Function ranges of one file, in file-offset space (like its symbols).
 pub struct FunctionBounds {
-    /// What to read on first use; taken (and the file closed) once read.
-    pending: Mutex<Option<Pending>>,
+    /// What to read on first use; taken once read.
+    pending: Mutex<Option<Box<Pending>>>,
     table: OnceLock<Bounds>,
     /// The file's PT_LOAD segments (when read from the file): what a debug file found later needs to map its
     /// symbols to file offsets.
@@ -40,7 +39,8 @@ pub struct FunctionBounds {
 }
 
 struct Pending {
-    file: File,
+    /// The file, as far as its symbols were read.
+    copy: FileCopy,
     /// File offset, size and link-time address of `.eh_frame`, and of `.eh_frame_hdr` if the file has one.
     eh_frame: Section,
     hdr: Option<Section>,
@@ -68,10 +68,11 @@ impl Default for Bounds {
     }
 }
 
-/// `.eh_frame` with the table of `.eh_frame_hdr`: its FDEs by start address.
+/// `.eh_frame` with the table of `.eh_frame_hdr`: its FDEs by start address. Of `.eh_frame`, only the entries
+/// lookups reach (each FDE and its CIE) are read from the file.
 struct Indexed {
-    eh_frame: Vec<u8>,
-    address: u64,
+    copy: Mutex<FileCopy>,
+    eh_frame: Section,
     endian: RunTimeEndian,
     address_size: u8,
     /// The table's entries: two 32-bit offsets from `hdr_address` each, the FDE's start and its own address.
@@ -101,20 +102,15 @@ impl FunctionBounds {
         FunctionBounds { pending: Mutex::new(None), table: OnceLock::from(Bounds::Table(table)), loads: Vec::new() }
     }
 
-    /// The bounds in `file`'s `.eh_frame`, read when first asked for. `image` holds (at least) the file's ELF and
-    /// section headers, `loads` its PT_LOAD segments.
-    pub fn of_elf(file: File, image: &[u8], loads: &[LoadSegment]) -> FunctionBounds {
-        let Some(pending) = locate_eh_frame(image).map(|(eh_frame, hdr, endian, address_size)| Pending {
-            file,
-            eh_frame,
-            hdr,
-            loads: loads.to_vec(),
-            endian,
-            address_size,
-        }) else {
+    /// The bounds in the `.eh_frame` of the file `image` was read from, read when first asked for. `loads` are the
+    /// file's PT_LOAD segments.
+    pub fn of_elf(image: ElfImage, loads: &[LoadSegment]) -> FunctionBounds {
+        let Some((eh_frame, hdr, endian, address_size)) = locate_eh_frame(image.bytes()) else {
             return FunctionBounds::none();
         };
-        FunctionBounds { pending: Mutex::new(Some(pending)), table: OnceLock::new(), loads: loads.to_vec() }
+        let copy = image.into_copy();
+        let pending = Pending { copy, eh_frame, hdr, loads: loads.to_vec(), endian, address_size };
+        FunctionBounds { pending: Mutex::new(Some(Box::new(pending))), table: OnceLock::new(), loads: loads.to_vec() }
     }
 
     /// The PT_LOAD segments of the file the bounds were read from (none for saved bounds).
@@ -126,7 +122,7 @@ impl FunctionBounds {
     pub fn lookup(&self, offset: u64) -> Option<(u64, u64)> {
         let table = self.table.get_or_init(|| {
             let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner()).take();
-            pending.map(|p| p.read()).unwrap_or_default()
+            pending.map(|p| (*p).read()).unwrap_or_default()
         });
         match table {
             Bounds::Table(table) => table.lookup(offset).map(|r| (r.start, r.end)),
@@ -136,38 +132,36 @@ impl FunctionBounds {
 }
 
 impl Pending {
-    fn read(self) -> Bounds {
-        let read = |section: Section| -> Option<Vec<u8>> {
-            if section.size > MAX_EH_FRAME_LEN {
-                tracing::debug!("a {}-byte CFI section is not read", section.size);
-                return None;
-            }
-            let mut bytes = vec![0u8; section.size as usize];
-            crate::prefault::for_writing(&mut bytes);
-            match self.file.read_exact_at(&mut bytes, section.offset) {
-                Ok(()) => Some(bytes),
-                Err(e) => {
-                    tracing::debug!("cannot read CFI: {e}");
-                    None
-                }
-            }
-        };
-        let Some(eh_frame) = read(self.eh_frame) else { return Bounds::default() };
-        let table = self.hdr.and_then(|hdr| Some((hdr_table(&read(hdr)?, self.endian)?, hdr.address)));
-        if let Some((table, hdr_address)) = table {
-            let (address, endian, address_size) = (self.eh_frame.address, self.endian, self.address_size);
+    fn read(mut self) -> Bounds {
+        let hdr = self.hdr.and_then(|hdr| Some((hdr_table(whole(&mut self.copy, hdr)?, self.endian)?, hdr.address)));
+        if let Some((table, hdr_address)) = hdr {
             return Bounds::Indexed(Box::new(Indexed {
-                eh_frame,
-                address,
-                endian,
-                address_size,
+                copy: Mutex::new(self.copy),
+                eh_frame: self.eh_frame,
+                endian: self.endian,
+                address_size: self.address_size,
                 table,
                 hdr_address,
                 loads: self.loads,
             }));
         }
-        Bounds::Table(every_fde(&eh_frame, self.eh_frame.address, self.endian, self.address_size, &self.loads))
+        let Some(eh_frame) = whole(&mut self.copy, self.eh_frame) else { return Bounds::default() };
+        Bounds::Table(every_fde(eh_frame, self.eh_frame.address, self.endian, self.address_size, &self.loads))
     }
+}
+
+/// All of a CFI section, read from the file.
+fn whole(copy: &mut FileCopy, section: Section) -> Option<&[u8]> {
+    if section.size > MAX_EH_FRAME_LEN {
+        tracing::debug!("a {}-byte CFI section is not read", section.size);
+        return None;
+    }
+    if let Err(e) = copy.fill(section.offset, section.size) {
+        tracing::debug!("cannot read CFI: {e:#}");
+        return None;
+    }
+    copy.bytes()
+        .get(usize::try_from(section.offset).ok()?..usize::try_from(section.offset.checked_add(section.size)?).ok()?)
 }
 
 /// Every FDE's range in file offsets.
@@ -204,6 +198,14 @@ fn hdr_table(hdr: &[u8], endian: RunTimeEndian) -> Option<Vec<u8>> {
     Some(table.to_vec())
 }
 
+fn read_u64(bytes: &[u8], at: usize, endian: RunTimeEndian) -> Option<u64> {
+    let word: [u8; 8] = bytes.get(at..at.checked_add(8)?)?.try_into().ok()?;
+    Some(match endian {
+        RunTimeEndian::Little => u64::from_le_bytes(word),
+        RunTimeEndian::Big => u64::from_be_bytes(word),
+    })
+}
+
 fn read_u32(bytes: &[u8], at: usize, endian: RunTimeEndian) -> Option<u32> {
     let word: [u8; 4] = bytes.get(at..at + 4)?.try_into().ok()?;
     Some(match endian {
@@ -226,15 +228,53 @@ impl Indexed {
     /// The range of entry `i`'s FDE, if it parses, starts where the table says and is not empty.
     fn fde(&self, i: usize) -> Option<(u64, u64)> {
         let (start, fde) = self.entry(i);
-        let offset = usize::try_from(fde.checked_sub(self.address)?).ok()?;
-        let mut eh_frame = EhFrame::new(&self.eh_frame, self.endian);
+        let offset = fde.checked_sub(self.eh_frame.address)?;
+        let mut copy = self.copy.lock().unwrap_or_else(|e| e.into_inner());
+        let section = self.read_entry(&mut copy, offset)?;
+        let mut eh_frame = EhFrame::new(section, self.endian);
         eh_frame.set_address_size(self.address_size);
-        let bases = BaseAddresses::default().set_eh_frame(self.address);
-        let parsed = eh_frame.fde_from_offset(&bases, EhFrameOffset(offset), |section, bases, offset| {
+        let bases = BaseAddresses::default().set_eh_frame(self.eh_frame.address);
+        let parsed = eh_frame.fde_from_offset(&bases, EhFrameOffset(offset as usize), |section, bases, offset| {
             section.cie_from_offset(bases, offset)
         });
         let parsed = parsed.ok()?;
         (parsed.initial_address() == start && parsed.len() > 0).then(|| (start, parsed.len()))
+    }
+
+    /// Reads the FDE at `offset` in `.eh_frame`, and the CIE it points to, from the file: `.eh_frame` as far as it
+    /// is read then.
+    fn read_entry<'a>(&self, copy: &'a mut FileCopy, offset: u64) -> Option<&'a [u8]> {
+        let cie_pointer_at = self.read_one(copy, offset)?;
+        let cie_pointer = match cie_pointer_at - offset {
+            4 => read_u32(self.section(copy)?, cie_pointer_at as usize, self.endian)? as u64,
+            _ => read_u64(self.section(copy)?, cie_pointer_at as usize, self.endian)?,
+        };
+        self.read_one(copy, cie_pointer_at.checked_sub(cie_pointer)?)?;
+        self.section(copy)
+    }
+
+    /// Reads the entry (CIE or FDE) at `offset` in `.eh_frame` from the file, and says where the field after its
+    /// length is.
+    fn read_one(&self, copy: &mut FileCopy, offset: u64) -> Option<u64> {
+        let Section { offset: base, size, .. } = self.eh_frame;
+        if offset >= size {
+            return None;
+        }
+        let length_at = base.checked_add(offset)?;
+        copy.fill(length_at, 12).ok()?;
+        let (header, len) = match read_u32(self.section(copy)?, offset as usize, self.endian)? {
+            // The 64-bit format: the length follows.
+            0xffff_ffff => (12u64, read_u64(self.section(copy)?, offset as usize + 4, self.endian)?),
+            len => (4, len as u64),
+        };
+        copy.fill(length_at, header.checked_add(len)?.min(size - offset)).ok()?;
+        Some(offset + header)
+    }
+
+    /// `.eh_frame`, as far as it is read.
+    fn section<'a>(&self, copy: &'a FileCopy) -> Option<&'a [u8]> {
+        let Section { offset, size, .. } = self.eh_frame;
+        copy.bytes().get(usize::try_from(offset).ok()?..usize::try_from(offset.checked_add(size)?).ok()?)
     }
 
     /// The number of entries listing a start at or below `addr` (the table is sorted by start).
@@ -349,16 +389,15 @@ fn fde_ranges(bytes: &[u8], address: u64, endian: RunTimeEndian, address_size: u
 mod tests {
     use super::*;
 
-    fn open_self() -> (File, Vec<u8>) {
-        let bytes = std::fs::read("/proc/self/exe").unwrap();
-        (File::open("/proc/self/exe").unwrap(), bytes)
+    fn image(path: &str) -> ElfImage {
+        ElfImage::read(&std::fs::File::open(path).unwrap()).unwrap().unwrap()
     }
 
     /// This test binary's own functions: each one's FDE holds it, and the bounds agree with its symbol.
     #[test]
     fn functions_of_this_binary_are_found() {
         use object::{Object, ObjectSymbol, SymbolKind};
-        let (file, bytes) = open_self();
+        let bytes = std::fs::read("/proc/self/exe").unwrap();
         let info = super::super::elf::inspect(&bytes[..]).unwrap();
         let elf = object::File::parse(&bytes[..]).unwrap();
         let functions: Vec<(u64, u64)> = elf
@@ -366,7 +405,7 @@ mod tests {
             .filter(|s| s.kind() == SymbolKind::Text && s.size() >= 16)
             .filter_map(|s| Some((vaddr_to_offset(&info.loads, s.address())?, s.size())))
             .collect();
-        let bounds = FunctionBounds::of_elf(file, &bytes, &info.loads);
+        let bounds = FunctionBounds::of_elf(image("/proc/self/exe"), &info.loads);
         let checked: Vec<&(u64, u64)> = functions.iter().step_by(50).take(200).collect();
         let agree =
             checked.iter().filter(|(start, size)| bounds.lookup(start + size / 2) == Some((*start, start + size)));
@@ -387,7 +426,7 @@ mod tests {
         for path in ["/proc/self/exe", "/lib/x86_64-linux-gnu/libc.so.6"] {
             let bytes = std::fs::read(path).unwrap();
             let loads = super::super::elf::inspect(&bytes[..]).unwrap().loads;
-            let bounds = FunctionBounds::of_elf(File::open(path).unwrap(), &bytes, &loads);
+            let bounds = FunctionBounds::of_elf(image(path), &loads);
             assert!(bounds.lookup(u64::MAX).is_none());
             let Some(Bounds::Indexed(indexed)) = bounds.table.get() else { panic!("{path}: no .eh_frame_hdr index") };
             let (eh_frame, hdr, endian, address_size) = locate_eh_frame(&bytes).unwrap();
@@ -416,7 +455,7 @@ mod tests {
         // The same addresses again, from past the end of the file, listed first (where addresses are looked up).
         let beyond = LoadSegment { offset: bytes.len() as u64 + 0x10_0000, ..text };
         loads.insert(0, beyond);
-        let bounds = FunctionBounds::of_elf(File::open(path).unwrap(), &bytes, &loads);
+        let bounds = FunctionBounds::of_elf(image(path), &loads);
         let mut answered = 0;
         for offset in (text.offset..text.offset + text.filesz).step_by(4099) {
             if let Some((start, end)) = bounds.lookup(offset) {
@@ -436,7 +475,7 @@ mod tests {
         for bytes in [&b""[..], b"\x10\0\0\0\0\0\0\0\x01zR\0", &[0xff; 64]] {
             let _ = fde_ranges(bytes, 0x1000, RunTimeEndian::Little, 8);
         }
-        let (_, image) = open_self();
+        let image = std::fs::read("/proc/self/exe").unwrap();
         let (eh_frame, hdr, endian, address_size) = locate_eh_frame(&image).unwrap();
         let (offset, size, address) = (eh_frame.offset as usize, eh_frame.size as usize, eh_frame.address);
         let section = &image[offset..offset + size];
@@ -454,19 +493,59 @@ mod tests {
         for input in rng.inputs(&[&hdr_bytes[..hdr_bytes.len().min(4096)]], 300) {
             tables.extend(hdr_table(&input, endian));
         }
-        for table in tables {
-            let indexed = Indexed {
-                eh_frame: section.to_vec(),
-                address,
-                endian,
-                address_size,
-                table,
-                hdr_address: hdr.address,
-                loads: loads.clone(),
-            };
+        let lookups = |indexed: &Indexed| {
             for offset in (0..image.len() as u64).step_by(image.len() / 64 + 1) {
                 let _ = indexed.lookup(offset);
             }
+        };
+        let real_table = hdr_table(hdr_bytes, endian).unwrap();
+        let mut indexed = Indexed {
+            copy: Mutex::new(
+                super::super::elf::ElfImage::read(&std::fs::File::open("/proc/self/exe").unwrap())
+                    .unwrap()
+                    .unwrap()
+                    .into_copy(),
+            ),
+            eh_frame,
+            endian,
+            address_size,
+            table: real_table.clone(),
+            hdr_address: hdr.address,
+            loads: loads.clone(),
+        };
+        for table in tables {
+            indexed.table = table;
+            lookups(&indexed);
         }
+        // Damaged entries, read from the file as lookups reach them: lengths and CIE pointers that lead anywhere.
+        let damaged = tempfile::NamedTempFile::new().unwrap();
+        for input in rng.inputs(&[section], 30) {
+            std::fs::write(damaged.path(), &input).unwrap();
+            let file = std::fs::File::open(damaged.path()).unwrap();
+            indexed.copy = Mutex::new(FileCopy::new(file, input.len() as u64).unwrap());
+            indexed.eh_frame = Section { offset: 0, size: input.len() as u64, address };
+            indexed.table = real_table.clone();
+            lookups(&indexed);
+        }
+    }
+
+    /// A lookup reads the entries it parses, not the whole of `.eh_frame`.
+    #[test]
+    fn lookups_read_little_of_the_section() {
+        let path = "/lib/x86_64-linux-gnu/libc.so.6";
+        let bytes = std::fs::read(path).unwrap();
+        let loads = super::super::elf::inspect(&bytes[..]).unwrap().loads;
+        let bounds = FunctionBounds::of_elf(image(path), &loads);
+        let text = *loads.iter().max_by_key(|s| s.filesz).unwrap();
+        let offsets: Vec<u64> = (1..=4).map(|i| text.offset + text.filesz / 5 * i).collect();
+        assert!(offsets.iter().filter(|&&o| bounds.lookup(o).is_some()).count() >= 3);
+        let Some(Bounds::Indexed(indexed)) = bounds.table.get() else { panic!("{path}: no .eh_frame_hdr index") };
+        let copy = indexed.copy.lock().unwrap();
+        let (start, end) = (indexed.eh_frame.offset, indexed.eh_frame.offset + indexed.eh_frame.size);
+        let page = crate::prefault::page_size() as u64;
+        let read = (start / page..end.div_ceil(page)).filter(|&p| copy.is_filled(p as usize)).count() as u64;
+        let pages = end.div_ceil(page) - start / page;
+        // Each lookup reads the pages of its FDE, of the next function's and of their CIE.
+        assert!(read * 3 <= pages, "4 lookups read {read} of the section's {pages} pages");
     }
 }

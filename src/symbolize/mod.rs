@@ -15,6 +15,7 @@ mod debug_search;
 mod demangle;
 mod dso;
 mod elf;
+mod file_copy;
 mod function_bounds;
 mod jit_files;
 mod jitdump;
