@@ -257,168 +257,182 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let (recycle, recycled) = mpsc::channel::<Chunk>();
 
     let title = req.title;
-    let (profile, (stats, symbolizer), mut archive, script_len, (perf_data_part, naming_segment), small) =
-        std::thread::scope(|scope| -> Result<_> {
-            // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
-            // from the other stages. Each on its own thread: with stack copies, perf.data alone can take as long as
-            // naming every sample (a collection's was compressed while it was recorded).
-            let perf_data_entry = match &mut input {
-                Input::Complete { perf_data_segments: segments @ Some(_), .. } => {
-                    PerfDataEntry::Ready(segments.take().unwrap_or_default())
-                }
-                Input::Complete { file, .. } => {
-                    let file = file.try_clone().with_context(|| format!("cannot read {}", perf_data.display()))?;
-                    let (reader, staging, shown) = (&reader, &staging, &perf_data);
-                    PerfDataEntry::Compressing(spawn_named(scope, "archive-perf-data", move || {
-                        compress_perf_data(reader, file, shown, dir, staging)
-                    })?)
-                }
-                // Compressed into the archive while it is recorded.
-                Input::Following(_) => PerfDataEntry::AtTheEnd,
-            };
-            let compress_naming = move || -> Result<Segment> {
-                let started = Instant::now();
-                let segment = naming_segment(dir)?;
-                tracing::debug!("naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
-                Ok(segment)
-            };
-            // A capture writes symbols/ as it names the samples: compressed after them (trimmed, it takes a few ms).
-            let naming_segment = match namer.symbols_ready() {
-                true => Some(spawn_named(scope, "archive-naming", move || {
-                    yield_to_naming();
-                    compress_naming()
-                })?),
-                false => None,
-            };
-            // The perf_script.out of an earlier run is taken as soon as this run has samples to show (not before: a
-            // `-pid` that selects nothing keeps it) and written over; one that may not be (not a plain file of ours)
-            // is deleted meanwhile, as freeing the page cache of a 100 MB file is the slowest file operation of a run.
-            // The name stays empty until the new file is published; a run that fails after this point leaves no
-            // perf_script.out (the earlier run's prof.tar.gz still holds it) and every other output as it was.
-            let set_aside_old_script = staging.set_aside(report::PERF_SCRIPT_FILE);
-            let writer = spawn_named(scope, "script-writer", move || {
-                script_file::write(script_file, &script_path, chunks, to_compressor, || {
-                    match set_aside_old_script()?.write_over(report::PERF_SCRIPT_FILE) {
-                        Ok(file) => Some(file),
-                        Err(old) => {
-                            // Without a thread to spare, it goes with the staging folder at the end.
-                            let _ = spawn_named(scope, "old-script-rm", move || old.remove());
-                            None
-                        }
-                    }
-                })
-            })?;
-            let staged = staging.dir();
-            let compressor = spawn_named(scope, "script-deflate", move || {
-                script_file::compress(written, recycle, archive, staged, || earlier_archive(dir))
-            })?;
-            // Named samples go from this thread to the report stage's in batches, and the batches come back empty.
-            let (to_report, batches) = mpsc::sync_channel::<Vec<ResolvedSample>>(BATCHES_IN_FLIGHT);
-            let (return_batch, returned_batches) = mpsc::channel::<Vec<ResolvedSample>>();
-            let report_opts = &report_opts;
-            let report = spawn_named(scope, "report", move || -> Result<Profile> {
-                let started = Instant::now();
-                let mut sink = SampleSink::new(report_opts, to_writer, recycled);
-                while let Ok(mut batch) = handoff::recv(&batches) {
-                    for i in 0..batch.len() {
-                        if let Some(ahead) = batch.get(i + 2 * REPORT_PREFETCH_AHEAD) {
-                            ahead.frames.prefetch_place();
-                        }
-                        if let Some(ahead) = batch.get(i + REPORT_PREFETCH_AHEAD) {
-                            ahead.frames.prefetch_frames();
-                        }
-                        sink.take(&mut batch[i])?;
-                    }
-                    // Dropped by the naming thread, whose core holds the counts of the names it shares: dropped
-                    // here, every sample's shared names would move their counts between the cores.
-                    let _ = return_batch.send(batch);
-                }
-                let profile = sink.finish();
-                tracing::debug!("rendered and folded the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
-                profile
-            })?;
-            // The symbolizer reports the reader's warnings (with everything else it finds).
-            let started = Instant::now();
-            let mut batch = Vec::with_capacity(BATCH_SAMPLES);
-            let unwound_into = unwound.as_mut().map(|u| &mut u.writer);
-            let (stats, symbolizer) = namer.for_each_sample(&reader, unwound_into, |s| {
-                batch.push(s);
-                if batch.len() == BATCH_SAMPLES {
-                    let mut next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
-                    next.clear();
-                    // A report stage that stopped (its writer failed) says why when joined.
-                    handoff::send(&to_report, std::mem::replace(&mut batch, next))
-                        .map_err(|_| anyhow!("the report stage stopped"))?;
-                }
-                Ok(())
-            });
-            if !batch.is_empty() {
-                let _ = handoff::send(&to_report, batch);
+    let (profile, (stats, symbolizer), mut archive, script_len, small) = std::thread::scope(|scope| -> Result<_> {
+        // perf.data and what names the frames go into the archive as they are: compressing them needs nothing
+        // from the other stages. Each on its own thread: with stack copies, perf.data alone can take as long as
+        // naming every sample (a collection's was compressed while it was recorded).
+        let perf_data_entry = match &mut input {
+            Input::Complete { perf_data_segments: segments @ Some(_), .. } => {
+                Some(PerfDataEntry::Ready(segments.take().unwrap_or_default()))
             }
-            drop(to_report);
-            tracing::debug!("named the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
-            // The recording is complete once its samples are named: so is its unwound copy.
-            let stats = match (unwound.take(), stats) {
-                (Some(unwound), Ok(stats)) => unwound.finish(dir).map(|()| stats),
-                (_, stats) => stats,
-            };
-            let streamed = report.join().map_err(|_| anyhow!("the report stage panicked"))?;
-            // The profile is complete: its small outputs are made while perf_script.out is still written and
-            // compressed (when naming failed, or the report stage because the writer did, their errors come first).
-            let small = match (&streamed, &stats) {
-                (Ok(profile), Ok(stats)) => {
-                    let ended = match &input {
-                        Input::Following(end) => {
-                            Some(end.recv().map_err(|_| anyhow!("the recording ended without its facts"))?)
-                        }
-                        Input::Complete { .. } => None,
-                    };
-                    let meta = match (&input, ended) {
-                        (_, Some(ended)) => ended.metadata,
-                        (Input::Complete { metadata: MetadataSource::Given(meta), .. }, None) => (**meta).clone(),
-                        (_, None) => metadata_from_recording(&reader, &profile.facts, stats),
-                    };
-                    let meta = completed(meta, &reader, measure, stats);
-                    Some(small_outputs(profile, meta, report_opts, title, &staging))
+            Input::Complete { file, .. } => {
+                let file = file.try_clone().with_context(|| format!("cannot read {}", perf_data.display()))?;
+                let (reader, staging, shown) = (&reader, &staging, &perf_data);
+                Some(PerfDataEntry::Compressing(spawn_named(scope, "archive-perf-data", move || {
+                    compress_perf_data(reader, file, shown, dir, staging)
+                })?))
+            }
+            // Compressed into the archive while it is recorded, by the follower.
+            Input::Following(_) => None,
+        };
+        let compress_naming = move || -> Result<Segment> {
+            let started = Instant::now();
+            let segment = naming_segment(dir)?;
+            tracing::debug!("naming files compressed in {:.1?} ({})", started.elapsed(), thread_cpu());
+            Ok(segment)
+        };
+        // A capture writes symbols/ as it names the samples: compressed after them (trimmed, it takes a few ms).
+        let naming_segment = match namer.symbols_ready() {
+            true => Some(spawn_named(scope, "archive-naming", move || {
+                yield_to_naming();
+                compress_naming()
+            })?),
+            false => None,
+        };
+        // The perf_script.out of an earlier run is taken as soon as this run has samples to show (not before: a
+        // `-pid` that selects nothing keeps it) and written over; one that may not be (not a plain file of ours)
+        // is deleted meanwhile, as freeing the page cache of a 100 MB file is the slowest file operation of a run.
+        // The name stays empty until the new file is published; a run that fails after this point leaves no
+        // perf_script.out (the earlier run's prof.tar.gz still holds it) and every other output as it was.
+        let set_aside_old_script = staging.set_aside(report::PERF_SCRIPT_FILE);
+        let writer = spawn_named(scope, "script-writer", move || {
+            script_file::write(script_file, &script_path, chunks, to_compressor, || {
+                match set_aside_old_script()?.write_over(report::PERF_SCRIPT_FILE) {
+                    Ok(file) => Some(file),
+                    Err(old) => {
+                        // Without a thread to spare, it goes with the staging folder at the end.
+                        let _ = spawn_named(scope, "old-script-rm", move || old.remove());
+                        None
+                    }
                 }
-                _ => None,
-            };
-            // A failed writer or compressor (disk full) is the cause of any failure the stream then reports; a
-            // failed compressor stops the writer too.
-            let written = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))?;
-            let compressed = compressor.join().map_err(|_| anyhow!("the perf script compressor panicked"))?;
-            let (archive, script_len) = compressed?;
-            written?;
-            let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
-            let perf_data_part = match perf_data_entry {
-                PerfDataEntry::Ready(segments) => PerfDataPart::Segments(segments),
-                PerfDataEntry::Compressing(thread) => PerfDataPart::Segments(vec![thread
-                    .join()
-                    .map_err(|_| anyhow!("compressing perf.data panicked"))??]),
-                PerfDataEntry::AtTheEnd => {
-                    PerfDataPart::Followed(follower.take().expect("started for a followed recording").finish()?)
+            })
+        })?;
+        // perf.data's entry and the naming files' follow perf_script.out in the archive. Unless the recording is
+        // followed (its entry is complete only at its end), the compressor appends them as soon as perf_script.out
+        // is compressed, while the flame graphs are drawn.
+        let (early_perf_data, late_perf_data) = match perf_data_entry {
+            Some(entry) => (Some(entry), None),
+            None => (None, Some(follower.take().expect("started for a followed recording"))),
+        };
+        let (early_naming, late_naming) = match &early_perf_data {
+            Some(_) => (naming_segment, None),
+            None => (None, naming_segment),
+        };
+        let staged = staging.dir();
+        let compressor = spawn_named(scope, "script-deflate", move || -> Result<(Tarball, u64, bool)> {
+            let (mut archive, script_len) =
+                script_file::compress(written, recycle, archive, staged, || earlier_archive(dir))?;
+            if let Some(entry) = early_perf_data {
+                archive.append_indexed(Indexed::Recording, &entry.segments()?)?;
+            }
+            let naming_appended = match early_naming {
+                Some(thread) => {
+                    archive.append_indexed(Indexed::Naming, &[joined_naming(thread)?])?;
+                    true
                 }
+                None => false,
             };
-            let naming = match naming_segment {
-                Some(thread) => thread.join().map_err(|_| anyhow!("compressing the naming files panicked"))??,
+            Ok((archive, script_len, naming_appended))
+        })?;
+        // Named samples go from this thread to the report stage's in batches, and the batches come back empty.
+        let (to_report, batches) = mpsc::sync_channel::<Vec<ResolvedSample>>(BATCHES_IN_FLIGHT);
+        let (return_batch, returned_batches) = mpsc::channel::<Vec<ResolvedSample>>();
+        let report_opts = &report_opts;
+        let report = spawn_named(scope, "report", move || -> Result<Profile> {
+            let started = Instant::now();
+            let mut sink = SampleSink::new(report_opts, to_writer, recycled);
+            while let Ok(mut batch) = handoff::recv(&batches) {
+                for i in 0..batch.len() {
+                    if let Some(ahead) = batch.get(i + 2 * REPORT_PREFETCH_AHEAD) {
+                        ahead.frames.prefetch_place();
+                    }
+                    if let Some(ahead) = batch.get(i + REPORT_PREFETCH_AHEAD) {
+                        ahead.frames.prefetch_frames();
+                    }
+                    sink.take(&mut batch[i])?;
+                }
+                // Dropped by the naming thread, whose core holds the counts of the names it shares: dropped
+                // here, every sample's shared names would move their counts between the cores.
+                let _ = return_batch.send(batch);
+            }
+            let profile = sink.finish();
+            tracing::debug!("rendered and folded the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+            profile
+        })?;
+        // The symbolizer reports the reader's warnings (with everything else it finds).
+        let started = Instant::now();
+        let mut batch = Vec::with_capacity(BATCH_SAMPLES);
+        let unwound_into = unwound.as_mut().map(|u| &mut u.writer);
+        let (stats, symbolizer) = namer.for_each_sample(&reader, unwound_into, |s| {
+            batch.push(s);
+            if batch.len() == BATCH_SAMPLES {
+                let mut next = returned_batches.try_recv().unwrap_or_else(|_| Vec::with_capacity(BATCH_SAMPLES));
+                next.clear();
+                // A report stage that stopped (its writer failed) says why when joined.
+                handoff::send(&to_report, std::mem::replace(&mut batch, next))
+                    .map_err(|_| anyhow!("the report stage stopped"))?;
+            }
+            Ok(())
+        });
+        if !batch.is_empty() {
+            let _ = handoff::send(&to_report, batch);
+        }
+        drop(to_report);
+        tracing::debug!("named the samples in {:.1?} ({})", started.elapsed(), thread_cpu());
+        // The recording is complete once its samples are named: so is its unwound copy.
+        let stats = match (unwound.take(), stats) {
+            (Some(unwound), Ok(stats)) => unwound.finish(dir).map(|()| stats),
+            (_, stats) => stats,
+        };
+        let streamed = report.join().map_err(|_| anyhow!("the report stage panicked"))?;
+        // The profile is complete: its small outputs are made while perf_script.out is still written and
+        // compressed (when naming failed, or the report stage because the writer did, their errors come first).
+        let small = match (&streamed, &stats) {
+            (Ok(profile), Ok(stats)) => {
+                let ended = match &input {
+                    Input::Following(end) => {
+                        Some(end.recv().map_err(|_| anyhow!("the recording ended without its facts"))?)
+                    }
+                    Input::Complete { .. } => None,
+                };
+                let meta = match (&input, ended) {
+                    (_, Some(ended)) => ended.metadata,
+                    (Input::Complete { metadata: MetadataSource::Given(meta), .. }, None) => (**meta).clone(),
+                    (_, None) => metadata_from_recording(&reader, &profile.facts, stats),
+                };
+                let meta = completed(meta, &reader, measure, stats);
+                Some(small_outputs(profile, meta, report_opts, title, &staging))
+            }
+            _ => None,
+        };
+        // A failed writer or compressor (disk full) is the cause of any failure the stream then reports; a
+        // failed compressor stops the writer too.
+        let written = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))?;
+        let compressed = compressor.join().map_err(|_| anyhow!("the perf script compressor panicked"))?;
+        let (mut archive, script_len, naming_appended) = compressed?;
+        written?;
+        let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
+        if let Some(follower) = late_perf_data {
+            follower.finish()?.add_to(&mut archive)?;
+        }
+        if !naming_appended {
+            let naming = match late_naming {
+                Some(thread) => joined_naming(thread)?,
                 None => compress_naming()?,
             };
-            let profile = streamed?;
-            let small = small.expect("made once naming and the report stage succeeded")?;
-            Ok((profile, (stats, symbolizer), archive, script_len, (perf_data_part, naming), small))
-        })?;
+            archive.append_indexed(Indexed::Naming, &[naming])?;
+        }
+        let profile = streamed?;
+        let small = small.expect("made once naming and the report stage succeeded")?;
+        Ok((profile, (stats, symbolizer), archive, script_len, small))
+    })?;
     let SmallOutputs { written, kept, folded_segment, last_segment, notes, now } = small;
     for note in &notes {
         tracing::warn!("{note}");
     }
 
-    // The archive: perf_script.out (streamed), perf.data, what names the frames, the folded stacks, then the graphs
-    // and metadata.txt.
-    match perf_data_part {
-        PerfDataPart::Segments(segments) => archive.append_indexed(Indexed::Recording, &segments)?,
-        PerfDataPart::Followed(followed) => followed.add_to(&mut archive)?,
-    }
-    archive.append_indexed(Indexed::Naming, std::slice::from_ref(&naming_segment))?;
+    // The archive: perf_script.out (streamed), perf.data, what names the frames (appended above), the folded stacks,
+    // then the graphs and metadata.txt.
     archive.append(&folded_segment)?;
     archive.append(&last_segment)?;
     archive.finish(&tarball::tar_header(Path::new(report::PERF_SCRIPT_FILE), script_len, now, false)?)?;
@@ -587,19 +601,19 @@ fn small_outputs(
         tracing::debug!("flame graphs drawn in {:.1?}", started.elapsed());
         Ok(graphs)
     };
-    let ((folded_files, kept, folded_segment), graphs) = std::thread::scope(|scope| -> Result<_> {
+    // The graphs and metadata.txt are compressed while the folded stacks may still be.
+    let ((folded_files, kept, folded_segment), (rest, last_segment)) = std::thread::scope(|scope| -> Result<_> {
         let folded = spawn_named(scope, "folded", write_folded)?;
-        let graphs = draw()?;
-        Ok((folded.join().map_err(|_| anyhow!("writing the folded stacks panicked"))??, graphs))
+        let mut rest = draw()?;
+        rest.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
+        let last_segment = archived(&rest, true)?;
+        Ok((folded.join().map_err(|_| anyhow!("writing the folded stacks panicked"))??, (rest, last_segment)))
     })?;
     let mut notes = Vec::new();
     if folded.total() == 0 {
         let why = if folded.is_empty() { "no samples with a stack" } else { "every sample has period 0" };
         notes.push(format!("{why}: flamegraph.svg was not written"));
     }
-    let mut rest = graphs;
-    rest.push((report::METADATA_FILE.into(), meta.to_string().into_bytes()));
-    let last_segment = archived(&rest, true)?;
     let written = folded_files.into_iter().chain(rest.into_iter().map(|(name, _)| name)).collect();
     Ok(SmallOutputs { written, kept, folded_segment, last_segment, notes, now })
 }
@@ -613,18 +627,27 @@ fn free_in_background<T: Send + 'static>(leftovers: T) {
     let _ = std::thread::Builder::new().name("free".into()).spawn(move || drop(leftovers));
 }
 
-/// perf.data's entry in the archive: compressed while it was recorded, being compressed by a thread, or known when
-/// the recording followed is over.
+/// The archive entry of a complete recording: compressed while it was recorded, or being compressed by a thread. (A
+/// recording followed as it is written has its entry made by its [`PerfDataFollower`].)
 enum PerfDataEntry<'scope> {
     Ready(Vec<Segment>),
     Compressing(std::thread::ScopedJoinHandle<'scope, Result<Segment>>),
-    AtTheEnd,
 }
 
-/// perf.data's entry, ready to join the archive.
-enum PerfDataPart {
-    Segments(Vec<Segment>),
-    Followed(perf_data_follower::FollowedPerfData),
+impl PerfDataEntry<'_> {
+    fn segments(self) -> Result<Vec<Segment>> {
+        match self {
+            PerfDataEntry::Ready(segments) => Ok(segments),
+            PerfDataEntry::Compressing(thread) => {
+                Ok(vec![thread.join().map_err(|_| anyhow!("compressing perf.data panicked"))??])
+            }
+        }
+    }
+}
+
+/// The naming files' segment, compressed by `thread`.
+fn joined_naming(thread: std::thread::ScopedJoinHandle<'_, Result<Segment>>) -> Result<Segment> {
+    thread.join().map_err(|_| anyhow!("compressing the naming files panicked"))?
 }
 
 /// The recording as [`generate`] takes it in.
