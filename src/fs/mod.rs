@@ -17,3 +17,16 @@ pub mod input;
 pub use dir::{Dir, Kind, Staging};
 pub use in_root::{Last, Root};
 pub use input::{InputError, Limit, NamedInputError};
+
+/// Raises the soft open-files limit to the hard limit: a recording holds one descriptor per event and CPU, and naming
+/// keeps each stripped library it looks up open (its call frame information is read as lookups reach it).
+pub fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}

@@ -188,7 +188,7 @@ pub fn check_access(opts: &RecordOptions) -> Result<()> {
 
 fn record_into(opts: &RecordOptions, observer: &mut dyn RecordObserver) -> Result<RecordSummary> {
     let start_time = chrono::Local::now();
-    target::raise_fd_limit();
+    crate::fs::raise_open_files_limit();
     target::raise_priority();
     let cpus = target::online_cpus()?;
     let Plan { mut specs, data_pages, call_graph, tracing, mut notices } = plan(opts)?;

@@ -186,6 +186,7 @@ const REPORT_PREFETCH_AHEAD: usize = 4;
 /// prof.tar.gz in `dir`.
 pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
     let begun = Instant::now();
+    crate::fs::raise_open_files_limit();
     let dir = req.dir;
     let perf_data = dir.shown(PERF_DATA_FILE);
     let (reader, mut input, unwind_stack_copies) = match req.recording {
