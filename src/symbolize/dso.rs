@@ -117,8 +117,9 @@ pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Opti
         tracing::info!("{path}: debug file candidate rejected: {why}");
     }
     let table = elf::function_symbols(data, SymbolSource::Dynsym, &info.loads).unwrap_or_default();
-    // A stripped file: its exported symbols name little of its code, the rest is grouped by function (the file
-    // stays open until that is first needed; with a full symbol table it hardly ever is, so it is not kept).
+    // A stripped file: its exported symbols name little of its code, the rest is grouped by function (the copy, and
+    // with it the file, stays open: `.eh_frame`'s entries are read as lookups reach them; with a full symbol table
+    // they hardly ever are, so it is not kept).
     let functions = FunctionBounds::of_elf(image, &info.loads);
     DsoSymbols::Elf { table, origin: Origin::Dynsym, functions }
 }
