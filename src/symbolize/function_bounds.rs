@@ -475,10 +475,10 @@ mod tests {
         for bytes in [&b""[..], b"\x10\0\0\0\0\0\0\0\x01zR\0", &[0xff; 64]] {
             let _ = fde_ranges(bytes, 0x1000, RunTimeEndian::Little, 8);
         }
-        let image = std::fs::read("/proc/self/exe").unwrap();
-        let (eh_frame, hdr, endian, address_size) = locate_eh_frame(&image).unwrap();
+        let exe = std::fs::read("/proc/self/exe").unwrap();
+        let (eh_frame, hdr, endian, address_size) = locate_eh_frame(&exe).unwrap();
         let (offset, size, address) = (eh_frame.offset as usize, eh_frame.size as usize, eh_frame.address);
-        let section = &image[offset..offset + size];
+        let section = &exe[offset..offset + size];
         let mut rng = crate::random_inputs::Rng::new(0x5eed_00e4);
         for input in rng.inputs(&[&section[..section.len().min(8192)]], 300) {
             let _ = fde_ranges(&input, address, endian, address_size);
@@ -486,26 +486,21 @@ mod tests {
         assert!(FunctionBounds::none().lookup(0x1000).is_none());
         // Damaged search tables: any table, however unsorted or repetitive, answers each lookup in a few steps.
         let hdr = hdr.unwrap();
-        let hdr_bytes = &image[hdr.offset as usize..(hdr.offset + hdr.size) as usize];
-        let loads = super::super::elf::inspect(&image[..]).unwrap().loads;
+        let hdr_bytes = &exe[hdr.offset as usize..(hdr.offset + hdr.size) as usize];
+        let loads = super::super::elf::inspect(&exe[..]).unwrap().loads;
         let one_entry = hdr_bytes[12..20].repeat(200_000);
         let mut tables: Vec<Vec<u8>> = vec![one_entry];
         for input in rng.inputs(&[&hdr_bytes[..hdr_bytes.len().min(4096)]], 300) {
             tables.extend(hdr_table(&input, endian));
         }
         let lookups = |indexed: &Indexed| {
-            for offset in (0..image.len() as u64).step_by(image.len() / 64 + 1) {
+            for offset in (0..exe.len() as u64).step_by(exe.len() / 64 + 1) {
                 let _ = indexed.lookup(offset);
             }
         };
         let real_table = hdr_table(hdr_bytes, endian).unwrap();
         let mut indexed = Indexed {
-            copy: Mutex::new(
-                super::super::elf::ElfImage::read(&std::fs::File::open("/proc/self/exe").unwrap())
-                    .unwrap()
-                    .unwrap()
-                    .into_copy(),
-            ),
+            copy: Mutex::new(image("/proc/self/exe").into_copy()),
             eh_frame,
             endian,
             address_size,
