@@ -14,7 +14,6 @@
 use super::elf::{self, ElfImage, ElfInfo};
 use super::symbol_server::SymbolServers;
 use crate::fs::{Last, Root};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -116,12 +115,12 @@ pub fn find_debug_file(
             (None, None) => continue,
         };
         let Ok(file) = opened else { continue };
-        let Ok(Some(data)) = ElfImage::read(&file) else { continue };
+        let Ok(Some(data)) = ElfImage::read(file) else { continue };
         let shown = match root {
             Some(r) => r.shown(&candidate),
             None => candidate.clone(),
         };
-        match verify(info, &data, &file) {
+        match verify(info, &data) {
             Ok(()) => return Some(DebugFile { data, found_at: shown }),
             Err(why) => report.rejected.push(format!("{}: {why}", shown.display())),
         }
@@ -149,8 +148,8 @@ pub fn fetch(
     };
     // The cache is profcpu's own (mode 0700), but a symlink put there is still not followed.
     let file = Root::host().ok()?.open_file(&fetched, Last::NoFollow).ok()?;
-    let data = ElfImage::read(&file).ok()??;
-    match verify(info, &data, &file) {
+    let data = ElfImage::read(file).ok()??;
+    match verify(info, &data) {
         Ok(()) => Some(DebugFile { data, found_at: fetched }),
         Err(why) => {
             report.rejected.push(format!("{}: {why}", fetched.display()));
@@ -160,7 +159,7 @@ pub fn fetch(
 }
 
 /// Whether `data` is the debug file of the binary described by `info`.
-pub fn verify(info: &ElfInfo, data: &ElfImage, file: &File) -> Result<(), String> {
+pub fn verify(info: &ElfInfo, data: &ElfImage) -> Result<(), String> {
     let debug = elf::inspect(data.bytes()).map_err(|e| e.to_string())?;
     if let Some(want) = &info.build_id {
         return match &debug.build_id {
@@ -170,7 +169,7 @@ pub fn verify(info: &ElfInfo, data: &ElfImage, file: &File) -> Result<(), String
         };
     }
     if let Some((_, crc)) = &info.debuglink {
-        match elf::debuglink_crc_of(file) {
+        match elf::debuglink_crc_of(data.file()) {
             Ok(got) if got == *crc => {}
             Ok(_) => return Err("debuglink CRC differs".into()),
             Err(e) => return Err(format!("unreadable: {e}")),
@@ -191,6 +190,7 @@ fn check_has_symbols(debug: &ElfInfo) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
 
     fn info(build_id: Option<&[u8]>, link: Option<&str>) -> ElfInfo {
         ElfInfo {
@@ -245,17 +245,17 @@ mod tests {
     fn verification_rejects_other_builds() {
         let me_bytes = std::fs::read("/proc/self/exe").unwrap();
         let file = File::open("/proc/self/exe").unwrap();
-        let me = ElfImage::read(&file).unwrap().unwrap();
+        let me = ElfImage::read(file).unwrap().unwrap();
         let mine = elf::inspect(me.bytes()).unwrap();
         if mine.build_id.is_some() {
-            assert!(verify(&mine, &me, &file).is_ok());
+            assert!(verify(&mine, &me).is_ok());
             let other = info(Some(&[1, 2, 3, 4]), None);
-            assert_eq!(verify(&other, &me, &file).unwrap_err(), "build-id differs");
+            assert_eq!(verify(&other, &me).unwrap_err(), "build-id differs");
         }
         let crc = crc32fast::hash(&me_bytes);
         let by_crc = ElfInfo { debuglink: Some(("x".into(), crc)), ..Default::default() };
-        assert!(verify(&by_crc, &me, &file).is_ok());
+        assert!(verify(&by_crc, &me).is_ok());
         let bad_crc = ElfInfo { debuglink: Some(("x".into(), crc ^ 1)), ..Default::default() };
-        assert_eq!(verify(&bad_crc, &me, &file).unwrap_err(), "debuglink CRC differs");
+        assert_eq!(verify(&bad_crc, &me).unwrap_err(), "debuglink CRC differs");
     }
 }

@@ -80,7 +80,7 @@ pub enum Origin {
 /// Loads the symbols of `file`, the binary the target mapped at `path`. `expected_build_id` (from the recording)
 /// guards against a file replaced since.
 pub fn load(file: File, path: &str, roots: &SearchRoots, expected_build_id: Option<&[u8]>) -> DsoSymbols {
-    let image = match ElfImage::read(&file) {
+    let image = match ElfImage::read(file) {
         Ok(Some(image)) => image,
         Ok(None) => return DsoSymbols::Opaque { reason: "not an ELF file".into() },
         Err(e) => return DsoSymbols::Opaque { reason: format!("{e:#}") },

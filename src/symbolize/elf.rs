@@ -51,13 +51,13 @@ const MAX_ELF_LEN: u64 = 4 << 30;
 
 impl ElfImage {
     /// `None` when the file is not ELF.
-    pub fn read(file: &File) -> Result<Option<ElfImage>> {
+    pub fn read(file: File) -> Result<Option<ElfImage>> {
         let len = file.metadata().context("cannot stat the file")?.len();
         anyhow::ensure!(len <= MAX_ELF_LEN, "{len} bytes is more than an ELF file profcpu reads ({MAX_ELF_LEN})");
         if len < 4 {
             return Ok(None);
         }
-        let mut image = ElfImage { copy: FileCopy::new(file.try_clone().context("cannot open the file")?, len)? };
+        let mut image = ElfImage { copy: FileCopy::new(file, len)? };
         image.copy.fill(0, 64)?;
         if !is_elf(image.bytes()) {
             return Ok(None);
@@ -71,6 +71,11 @@ impl ElfImage {
 
     pub fn bytes(&self) -> &[u8] {
         self.copy.bytes()
+    }
+
+    /// The file the image was read from.
+    pub fn file(&self) -> &File {
+        self.copy.file()
     }
 
     /// The copy, for reading more of the file.

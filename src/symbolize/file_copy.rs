@@ -31,6 +31,11 @@ impl FileCopy {
         Ok(FileCopy { file, bytes, len, filled, page })
     }
 
+    /// The file copied.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
     /// The file, as far as it is filled (zeros elsewhere).
     pub fn bytes(&self) -> &[u8] {
         &self.bytes[..self.len]

@@ -390,7 +390,7 @@ mod tests {
     use super::*;
 
     fn image(path: &str) -> ElfImage {
-        ElfImage::read(&std::fs::File::open(path).unwrap()).unwrap().unwrap()
+        ElfImage::read(std::fs::File::open(path).unwrap()).unwrap().unwrap()
     }
 
     /// This test binary's own functions: each one's FDE holds it, and the bounds agree with its symbol.

@@ -463,7 +463,7 @@ impl Sources {
     pub fn debug_frame(&mut self, pid: u32, m: &Mapping, processes: &Processes) -> Option<Vec<u8>> {
         use object::{Object, ObjectSection};
         let file = self.open_mapped(pid, m, processes)?;
-        let image = super::elf::ElfImage::read(&file).ok()??;
+        let image = super::elf::ElfImage::read(file).ok()??;
         let info = super::elf::inspect(image.bytes()).ok()?;
         let root = self.live_process(pid, processes).as_ref().and_then(container_root);
         let roots = SearchRoots {

@@ -315,25 +315,23 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
             Some(entry) => (Some(entry), None),
             None => (None, Some(follower.take().expect("started for a followed recording"))),
         };
-        let (early_naming, late_naming) = match &early_perf_data {
-            Some(_) => (naming_segment, None),
-            None => (None, naming_segment),
+        // The naming files' entry goes with perf.data's when a thread of its own compresses it.
+        let (early_naming, late_naming) = match (&early_perf_data, naming_segment) {
+            (Some(_), Some(thread)) => (Some(thread), None),
+            (_, naming) => (None, naming),
         };
+        let naming_appended = early_naming.is_some();
         let staged = staging.dir();
-        let compressor = spawn_named(scope, "script-deflate", move || -> Result<(Tarball, u64, bool)> {
+        let compressor = spawn_named(scope, "script-deflate", move || -> Result<(Tarball, u64)> {
             let (mut archive, script_len) =
                 script_file::compress(written, recycle, archive, staged, || earlier_archive(dir))?;
             if let Some(entry) = early_perf_data {
                 archive.append_indexed(Indexed::Recording, &entry.segments()?)?;
             }
-            let naming_appended = match early_naming {
-                Some(thread) => {
-                    archive.append_indexed(Indexed::Naming, &[joined_naming(thread)?])?;
-                    true
-                }
-                None => false,
-            };
-            Ok((archive, script_len, naming_appended))
+            if let Some(thread) = early_naming {
+                archive.append_indexed(Indexed::Naming, &[joined_naming(thread)?])?;
+            }
+            Ok((archive, script_len))
         })?;
         // Named samples go from this thread to the report stage's in batches, and the batches come back empty.
         let (to_report, batches) = mpsc::sync_channel::<Vec<ResolvedSample>>(BATCHES_IN_FLIGHT);
@@ -410,7 +408,7 @@ pub fn generate(req: OutputRequest) -> Result<OutputSummary> {
         // failed compressor stops the writer too.
         let written = writer.join().map_err(|_| anyhow!("the perf script writer panicked"))?;
         let compressed = compressor.join().map_err(|_| anyhow!("the perf script compressor panicked"))?;
-        let (mut archive, script_len, naming_appended) = compressed?;
+        let (mut archive, script_len) = compressed?;
         written?;
         let stats = stats.with_context(|| format!("cannot name the frames of {}", perf_data.display()))?;
         if let Some(follower) = late_perf_data {
