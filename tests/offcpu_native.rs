@@ -198,7 +198,13 @@ fn missing_tracefs_or_privilege_is_one_line() {
     let line = one_line(&hidden);
     assert!(line.contains("tracefs is not mounted here") && line.contains("cannot mount it (EPERM)"), "{line}");
 
-    // Without privilege: tracefs is root's.
+    // Without privilege: tracefs is root's. Mounted first, as profcpu run by root mounts it: on a machine where no
+    // recording has run yet it is absent, and the refusal would name the mount instead.
+    if !Path::new("/sys/kernel/tracing/events").is_dir() {
+        let mount = Command::new("mount").args(["-t", "tracefs", "nodev", "/sys/kernel/tracing"]).output();
+        let mounted = mount.expect("cannot run mount");
+        assert!(mounted.status.success(), "cannot mount tracefs: {}", String::from_utf8_lossy(&mounted.stderr));
+    }
     let nobody = Command::new("setpriv")
         .args(support::hostile::AS_NOBODY)
         .args([PROFCPU, "collect", "-mode", "wall", "-output", "/tmp", "--", "true"])
