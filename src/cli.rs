@@ -2,7 +2,7 @@
 //! (`-pid 1`, as perfcollect and the original profcpu take them) as well as two (`--pid 1`, `--pid=1`).
 
 use crate::record::{CallGraph, EventKind, Mode};
-use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use clap::{ArgGroup, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -470,9 +470,9 @@ fn parse_pages(s: &str) -> Result<usize, String> {
     }
 }
 
-/// Rewrites `-name`/`-name=value` to `--name…` for every long flag the CLI knows, before `--`. Short flags (`-v`),
-/// values (`-5`) and unknown words are left alone so clap reports them.
-pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
+/// Rewrites `-name`/`-name=value` to `--name…` for every long flag of `cli` (the whole CLI), before `--`. Short flags
+/// (`-v`), values (`-5`) and unknown words are left alone so clap reports them.
+fn normalize_args(cli: &clap::Command, args: impl IntoIterator<Item = OsString>) -> Vec<OsString> {
     let mut long_names = Vec::new();
     let mut short_names = vec!['h', 'V'];
     fn walk(cmd: &clap::Command, names: &mut Vec<String>, shorts: &mut Vec<char>) {
@@ -487,7 +487,7 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
             walk(sub, names, shorts);
         }
     }
-    walk(&Cli::command(), &mut long_names, &mut short_names);
+    walk(cli, &mut long_names, &mut short_names);
 
     let mut out = Vec::new();
     let mut passthrough = false;
@@ -523,7 +523,11 @@ pub fn normalize_args(args: impl IntoIterator<Item = OsString>) -> Vec<OsString>
 
 /// Parses the process arguments. Errors come back as clap errors so the caller decides how to show them.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::Error> {
-    Cli::try_parse_from(normalize_args(args))
+    // Built once: building the whole CLI with its help texts is most of what parsing costs (a quarter of a ms).
+    let mut cli = Cli::command();
+    let args = normalize_args(&cli, args);
+    let mut matches = cli.try_get_matches_from_mut(args)?;
+    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cli))
 }
 
 #[cfg(test)]
