@@ -523,7 +523,7 @@ fn normalize_args(cli: &clap::Command, args: impl IntoIterator<Item = OsString>)
 
 /// Parses the process arguments. Errors come back as clap errors so the caller decides how to show them.
 pub fn parse(args: impl IntoIterator<Item = OsString>) -> Result<Cli, clap::Error> {
-    // Built once: building the whole CLI with its help texts is most of what parsing costs (a quarter of a ms).
+    // Built once: building the whole CLI with its help texts costs more than parsing (0.6 ms in the static build).
     let mut cli = Cli::command();
     let args = normalize_args(&cli, args);
     let mut matches = cli.try_get_matches_from_mut(args)?;
