@@ -48,7 +48,8 @@ rustflags="${RUSTFLAGS:+$RUSTFLAGS }-C target-feature=+crt-static"
     # CARGO_PKG_*, ...). A build script that reads one (ring's reads CARGO_MANIFEST_DIR) is then rebuilt, and with it
     # everything above it: three minutes of fat LTO, undone again by the next call from a shell. cargo sets what its
     # build needs itself.
-    while read -r var; do unset "$var"; done < <(compgen -e | grep -E '^CARGO_(MANIFEST_|PKG_|CRATE_|BIN_|TARGET_TMPDIR|PRIMARY_PACKAGE)' || true)
+    unset "${!CARGO_MANIFEST_@}" "${!CARGO_PKG_@}" "${!CARGO_CRATE_@}" "${!CARGO_BIN_@}" CARGO_TARGET_TMPDIR \
+        CARGO_PRIMARY_PACKAGE
     CARGO_TARGET_DIR=$target_dir RUSTFLAGS=$rustflags \
         cargo build --profile dist --locked --quiet --target "$host" --bin profcpu >&2
 ) || die "cargo build failed"
