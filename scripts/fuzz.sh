@@ -5,8 +5,8 @@
 #
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
 #   scripts/fuzz.sh                 # CI: every target, sharing what the build leaves of 4 minutes
-#                                   # (PROFCPU_FUZZ_BUDGET seconds, default 240), at least 3 s each; the cold
-#                                   # build alone takes ~4.5 CPU-minutes, so a loaded machine runs over
+#                                   # (PROFCPU_FUZZ_BUDGET seconds, default 240), at least 3 s each; a fresh
+#                                   # build alone takes ~3.5 minutes on 2 CPUs, so a slower machine runs over
 #   scripts/fuzz.sh 600             # every target 10 minutes: what to run after changing a parser
 #   scripts/fuzz.sh 3600 unwind     # one target, an hour
 # Targets run side by side, one per CPU (PROFCPU_FUZZ_JOBS to change). What a run learns is kept in
@@ -42,9 +42,12 @@ bins=$target_dir/x86_64-unknown-linux-gnu/release
 
 started=$(date +%s)
 # Release code with debug assertions and overflow checks (cargo fuzz's default), coverage instrumentation, 16 codegen
-# units (cargo fuzz uses 1, which doubles the build time of the profcpu crate on 2 CPUs).
+# units (cargo fuzz uses 1, which doubles the build time of the profcpu crate on 2 CPUs). CI's run (no time given)
+# optimises at level 1: its build takes 214 s instead of 310 s on 2 CPUs and its targets run at 50-80 % of the speed,
+# which a few seconds each from the seeds hardly feel; a run given its time gets level 3 (PROFCPU_FUZZ_OPT_LEVEL).
+opt_level=${PROFCPU_FUZZ_OPT_LEVEL:-$([[ -z $seconds ]] && echo 1 || echo 3)}
 build() {
-    if ! RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" --codegen-units 16 --target-dir "$target_dir" "$@" \
+    if ! CARGO_PROFILE_RELEASE_OPT_LEVEL=$opt_level RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" --codegen-units 16 --target-dir "$target_dir" "$@" \
         2>"$target_dir/build.log"; then
         grep -v -e '^ *Compiling ' "$target_dir/build.log" >&2
         echo "fuzz: error: building the fuzz targets failed (above)" >&2
@@ -64,7 +67,7 @@ if [[ -z $seconds ]]; then
     seconds=$(((budget - (built - started) - 10) / rounds))
     ((seconds >= 3)) || seconds=3
 fi
-echo "fuzz: built ${#targets[@]} targets in $((built - started)) s; fuzzing each for $seconds s, $jobs at a time" >&2
+echo "fuzz: built ${#targets[@]} targets (opt-level $opt_level) in $((built - started)) s; fuzzing each for $seconds s, $jobs at a time" >&2
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/profcpu-fuzz-logs.XXXXXX")
 trap 'rm -rf "$logs"' EXIT
