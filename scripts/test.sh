@@ -40,7 +40,7 @@ static_log=$(mktemp "${TMPDIR:-/tmp}/profcpu-build-static.XXXXXX")
 # In its own process group, so that an early exit (a clippy error) stops the build too.
 setsid bash scripts/build-static.sh >/dev/null 2>"$static_log" &
 static_build=$!
-trap 'kill -- -"$static_build" 2>/dev/null; rm -f "$static_log"' EXIT
+trap 'kill -- -"$static_build" 2>/dev/null || true; rm -f "$static_log"' EXIT
 bash scripts/container-images.sh >/dev/null
 
 cargo fmt --all -- --check
