@@ -47,8 +47,8 @@ started=$(date +%s)
 # which a few seconds each from the seeds hardly feel; a run given its time gets level 3 (PROFCPU_FUZZ_OPT_LEVEL).
 opt_level=${PROFCPU_FUZZ_OPT_LEVEL:-$([[ -z $seconds ]] && echo 1 || echo 3)}
 build() {
-    if ! CARGO_PROFILE_RELEASE_OPT_LEVEL=$opt_level RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" --codegen-units 16 --target-dir "$target_dir" "$@" \
-        2>"$target_dir/build.log"; then
+    if ! CARGO_PROFILE_RELEASE_OPT_LEVEL=$opt_level RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" \
+        --codegen-units 16 --target-dir "$target_dir" "$@" 2>"$target_dir/build.log"; then
         grep -v -e '^ *Compiling ' "$target_dir/build.log" >&2
         echo "fuzz: error: building the fuzz targets failed (above)" >&2
         exit 1
@@ -67,7 +67,8 @@ if [[ -z $seconds ]]; then
     seconds=$(((budget - (built - started) - 10) / rounds))
     ((seconds >= 3)) || seconds=3
 fi
-echo "fuzz: built ${#targets[@]} targets (opt-level $opt_level) in $((built - started)) s; fuzzing each for $seconds s, $jobs at a time" >&2
+echo "fuzz: built ${#targets[@]} targets (opt-level $opt_level) in $((built - started)) s;" \
+    "fuzzing each for $seconds s, $jobs at a time" >&2
 
 logs=$(mktemp -d "${TMPDIR:-/tmp}/profcpu-fuzz-logs.XXXXXX")
 trap 'rm -rf "$logs"' EXIT
