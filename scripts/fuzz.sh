@@ -45,7 +45,9 @@ started=$(date +%s)
 # units (cargo fuzz uses 1, which doubles the build time of the profcpu crate on 2 CPUs). CI's run (no time given)
 # optimises at level 1: its build takes 214 s instead of 310 s on 2 CPUs and its targets run at 50-80 % of the speed,
 # which a few seconds each from the seeds hardly feel; a run given its time gets level 3 (PROFCPU_FUZZ_OPT_LEVEL).
-opt_level=${PROFCPU_FUZZ_OPT_LEVEL:-$([[ -z $seconds ]] && echo 1 || echo 3)}
+opt_level=3
+[[ -n $seconds ]] || opt_level=1
+opt_level=${PROFCPU_FUZZ_OPT_LEVEL:-$opt_level}
 build() {
     if ! CARGO_PROFILE_RELEASE_OPT_LEVEL=$opt_level RUSTC_BOOTSTRAP=1 cargo fuzz build --sanitizer "$sanitizer" \
         --codegen-units 16 --target-dir "$target_dir" "$@" 2>"$target_dir/build.log"; then

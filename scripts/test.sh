@@ -35,7 +35,8 @@ fi
 
 # The statically linked profcpu that tests/containers_podman.rs runs (the test makes it too; here its build time stays
 # out of the test run; a no-op when up to date). Built while clippy and the tests build: most of its time is one
-# codegen unit's optimisation on one CPU, which leaves the other one free (saves ~2 minutes of a fresh build on 2 CPUs).
+# codegen unit's optimisation on one CPU, which leaves the other one free (with this, and release builds without line
+# tables, a fresh clone's tests started 9–11 minutes into CI on 2 CPUs instead of 14).
 static_log=$(mktemp "${TMPDIR:-/tmp}/profcpu-build-static.XXXXXX")
 # In its own process group, so that an early exit (a clippy error) stops the build too.
 setsid bash scripts/build-static.sh >/dev/null 2>"$static_log" &
