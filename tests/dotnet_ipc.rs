@@ -326,12 +326,18 @@ fn dotnet_core_3_1_is_told_to_restart() {
 // ---- Hostile and broken peers: a fake target whose root and /tmp the test controls. ----
 
 /// A static `pause` program, so a chrooted process needs nothing else from its root.
+// Both fake targets say they are ready on stdout once exec is done: only then are their environment and root those a
+// lookup must see.
+const READY_THEN_PAUSE: &str = "#include <unistd.h>\nint main(void) { write(1, \"r\", 1); for (;;) pause(); }\n";
+const READY_THEN_SPIN: &str =
+    "#include <unistd.h>\nint main(void) { volatile unsigned long n = 0; write(1, \"r\", 1); for (;;) n++; }\n";
+
 fn pause_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
         let dir = run_dir("dotnet-ipc").join("pause");
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("pause.c"), "#include <unistd.h>\nint main(void) { for (;;) pause(); }\n").unwrap();
+        std::fs::write(dir.join("pause.c"), READY_THEN_PAUSE).unwrap();
         let out = Command::new("gcc")
             .args(["-static", "-O2", "-o"])
             .arg(dir.join("pause"))
@@ -349,8 +355,7 @@ fn spin_binary() -> &'static Path {
     BUILT.get_or_init(|| {
         let dir = run_dir("dotnet-ipc").join("spin");
         std::fs::create_dir_all(&dir).unwrap();
-        let source = "int main(void) { volatile unsigned long n = 0; for (;;) n++; }\n";
-        std::fs::write(dir.join("spin.c"), source).unwrap();
+        std::fs::write(dir.join("spin.c"), READY_THEN_SPIN).unwrap();
         let out = Command::new("gcc")
             .args(["-static", "-O1", "-o"])
             .arg(dir.join("spin"))
@@ -394,14 +399,15 @@ impl FakeTarget {
             .arg("/pause")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
+            .stdout(Stdio::piped())
             .spawn()
             .expect("cannot run chroot");
-        let target = FakeTarget { child, base, root };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::fs::read_link(format!("/proc/{}/root", target.pid())).ok().as_deref() != Some(&target.root) {
-            assert!(Instant::now() < deadline, "the chrooted pause did not start");
-            std::thread::sleep(Duration::from_millis(10));
-        }
+        let mut target = FakeTarget { child, base, root };
+        // Its root changes before exec, and while exec runs /proc/PID/environ can read empty: wait for the program's
+        // own word that it runs.
+        let mut ready = [0u8; 1];
+        let stdout = target.child.stdout.as_mut().unwrap();
+        assert!(stdout.read_exact(&mut ready).is_ok(), "the chrooted {} did not start", program.display());
         target
     }
 
