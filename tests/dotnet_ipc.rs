@@ -325,13 +325,13 @@ fn dotnet_core_3_1_is_told_to_restart() {
 
 // ---- Hostile and broken peers: a fake target whose root and /tmp the test controls. ----
 
-/// A static `pause` program, so a chrooted process needs nothing else from its root.
 // Both fake targets say they are ready on stdout once exec is done: only then are their environment and root those a
 // lookup must see.
 const READY_THEN_PAUSE: &str = "#include <unistd.h>\nint main(void) { write(1, \"r\", 1); for (;;) pause(); }\n";
 const READY_THEN_SPIN: &str =
     "#include <unistd.h>\nint main(void) { volatile unsigned long n = 0; write(1, \"r\", 1); for (;;) n++; }\n";
 
+/// A static `pause` program, so a chrooted process needs nothing else from its root.
 fn pause_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT.get_or_init(|| {
