@@ -396,7 +396,7 @@ def main():
     finally:
         if api_pid:
             os.kill(api_pid, signal.SIGTERM)
-            for name in [f"/tmp/perf-{api_pid}.map", f"/tmp/perfinfo-{api_pid}.map"]:
+            for name in [f"/tmp/perf-{api_pid}.map", f"/tmp/perfinfo-{api_pid}.map", f"/tmp/jit-{api_pid}.dump"]:
                 try:
                     os.unlink(name)
                 except FileNotFoundError:

@@ -20,6 +20,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use support::dotnet::Dotnet;
 use support::profcpu::{collect, finish_collect, Background, Collected};
+use support::running_app::remove_runtime_files;
 use support::scratch::{run_dir, Scratch};
 use support::webapi::OUTPUT_FILES;
 
@@ -161,18 +162,7 @@ impl Drop for DotnetApp {
         kill_all(self.leader.id(), &[self.host_pid]);
         let _ = self.leader.wait();
         if !self.in_container {
-            // A killed runtime leaves its files and its diagnostics socket (3.1 also debugger pipes) in /tmp.
-            let pid = self.host_pid.to_string();
-            for entry in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let ours = [format!("perf-{pid}.map"), format!("perfinfo-{pid}.map"), format!("jit-{pid}.dump")]
-                    .contains(&name)
-                    || name.starts_with(&format!("dotnet-diagnostic-{pid}-"))
-                    || name.starts_with(&format!("clr-debug-pipe-{pid}-"));
-                if ours {
-                    let _ = std::fs::remove_file(entry.path());
-                }
-            }
+            remove_runtime_files(self.host_pid);
         }
     }
 }

@@ -13,12 +13,16 @@
 #[path = "support/dotnet.rs"]
 #[allow(dead_code)]
 mod dotnet;
+#[path = "support/running_app.rs"]
+#[allow(dead_code)]
+mod running_app;
 #[path = "support/scratch.rs"]
 #[allow(dead_code)]
 mod scratch;
 
 use dotnet::Dotnet;
 use profcpu::symbolize::parsers::{CodePart, JitDump, R2rImage, R2rMap, R2rMethod};
+use running_app::remove_runtime_files;
 use scratch::Scratch;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write;
@@ -106,6 +110,7 @@ impl Drop for Target {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        remove_runtime_files(self.child.id());
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use support::dotnet::Dotnet;
 use support::perf::{perf_record, perf_script_leaves};
 use support::recording::open_perf_data;
-use support::running_app::{exclusive, RunningApp};
+use support::running_app::{exclusive, remove_runtime_files, RunningApp};
 use support::scratch::Scratch;
 use support::symbolize::{name_samples, Named};
 use support::START_TIMEOUT;
@@ -25,12 +25,6 @@ const DOTNET: Dotnet = Dotnet::V3_1;
 
 fn workload() -> PathBuf {
     DOTNET.build_app(&Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/symbolize/Workload.cs"))
-}
-
-/// Removes the runtime's files in /tmp for a finished test process.
-fn remove_tmp_files(pid: u32) {
-    let _ = std::fs::remove_file(format!("/tmp/perf-{pid}.map"));
-    let _ = std::fs::remove_file(format!("/tmp/perfinfo-{pid}.map"));
 }
 
 fn leaf(s: &ResolvedSample) -> &profcpu::symbolize::Frame {
@@ -93,7 +87,7 @@ fn jit_methods_are_named_from_the_perf_map_with_the_expected_shares() {
     // perf itself, reading the same perf map (so before the process and its map go), is the oracle for leaves.
     let oracle = perf_script_leaves(&data);
     app.kill();
-    remove_tmp_files(pid);
+    remove_runtime_files(pid);
 
     assert_spin_profile(&out, &format!("/tmp/perf-{pid}.map"));
     assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
@@ -201,7 +195,7 @@ fn stripped_coreclr_is_named_from_a_dotnet_symbol_debug_file() {
     let with_path = symbolize(vec![by_path.clone()]);
     let with_id = symbolize(vec![by_id.clone()]);
     app.kill();
-    remove_tmp_files(pid);
+    remove_runtime_files(pid);
 
     let lib = lib.to_str().unwrap();
     let total = frames_in(&with_path, lib).count();
@@ -252,7 +246,7 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
 
     // The target exits and its files go: only the capture knows the JIT names now.
     app.kill();
-    remove_tmp_files(pid);
+    remove_runtime_files(pid);
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
     let reader = open_perf_data(&data).unwrap();
     let mut live = Vec::new();

@@ -1,6 +1,6 @@
 //! A program started for a test that says when its measured phase begins (a `ready` line); killed when dropped.
-//! Also the lock that keeps CPU-heavy workloads of one test binary from running at once, and how a started process
-//! tree is killed.
+//! Also the lock that keeps CPU-heavy workloads of one test binary from running at once, how a started process
+//! tree is killed, and what a killed runtime leaves in /tmp.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -67,6 +67,20 @@ impl RunningApp {
 impl Drop for RunningApp {
     fn drop(&mut self) {
         self.kill();
+        remove_runtime_files(self.pid());
+    }
+}
+
+/// Deletes what a killed runtime (.NET, or Node.js with perf maps on) of the host's PID `pid` leaves in the host's
+/// /tmp: perf maps, the jitdump, .NET's diagnostics socket and its debugger pipes (.NET Core 3.1).
+pub fn remove_runtime_files(pid: u32) {
+    let named = [format!("perf-{pid}.map"), format!("perfinfo-{pid}.map"), format!("jit-{pid}.dump")];
+    let prefixes = [format!("dotnet-diagnostic-{pid}-"), format!("clr-debug-pipe-{pid}-")];
+    for entry in std::fs::read_dir("/tmp").into_iter().flatten().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if named.contains(&name) || prefixes.iter().any(|p| name.starts_with(p.as_str())) {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 

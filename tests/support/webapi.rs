@@ -16,7 +16,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::dotnet::Dotnet;
-use super::running_app::kill_tree;
+use super::running_app::{kill_tree, remove_runtime_files};
 use super::scratch::Scratch;
 use super::START_TIMEOUT;
 
@@ -289,10 +289,7 @@ impl Api {
             std::thread::sleep(Duration::from_millis(20));
         }
         if !self.in_container {
-            // The runtime leaves its perf map files in the host's /tmp.
-            let _ = std::fs::remove_file(format!("/tmp/perf-{}.map", self.host_pid));
-            let _ = std::fs::remove_file(format!("/tmp/perfinfo-{}.map", self.host_pid));
-            let _ = std::fs::remove_file(format!("/tmp/jit-{}.dump", self.host_pid));
+            remove_runtime_files(self.host_pid);
         }
     }
 }
