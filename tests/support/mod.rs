@@ -12,7 +12,7 @@
 //! | [`inferno`] | inferno as library and as the CLI users run (missing CLI = failure) |
 //! | [`perf`] | Debian's perf (record, script) as the independent oracle |
 //! | [`busy`] | the recording tests' workload (`examples/busy.rs`) |
-//! | [`running_app`] | a started program that says when it is ready; the CPU lock; killing a process tree; a killed runtime's /tmp files |
+//! | [`running_app`] | a program that says when it is ready; the CPU lock; killing a process tree; its /tmp leftovers |
 //! | [`dotnet`] | real .NET runtimes (8 and 3.1) and C# programs compiled for them |
 //! | [`webapi`] | the sample web API as a target, on the host or in namespaces |
 //! | [`podman`] | real containers (podman + runc) from local images, the static binary inside them |
