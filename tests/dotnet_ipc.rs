@@ -397,7 +397,9 @@ impl FakeTarget {
         // own word that it runs.
         let mut ready = [0u8; 1];
         let stdout = target.child.stdout.as_mut().unwrap();
-        assert!(stdout.read_exact(&mut ready).is_ok(), "the chrooted {} did not start", program.display());
+        stdout
+            .read_exact(&mut ready)
+            .unwrap_or_else(|e| panic!("the chrooted {} did not start: {e}", program.display()));
         target
     }
 

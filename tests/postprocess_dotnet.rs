@@ -15,7 +15,7 @@ use support::dotnet::Dotnet;
 use support::golden::copy_tree;
 use support::perf::{perf_record, perf_script_leaves};
 use support::profcpu::{folded_map, plain_tar_extract, postprocess_ok, read, tar_list};
-use support::running_app::{exclusive, remove_runtime_files, RunningApp};
+use support::running_app::{exclusive, RunningApp};
 use support::scratch::{run_dir, Scratch};
 use support::{PROFCPU, START_TIMEOUT};
 
@@ -37,8 +37,7 @@ fn start_app() -> RunningApp {
 /// Stops the app and deletes what it left in /tmp, as a container's end would.
 fn stop_app(app: &mut RunningApp) {
     let pid = app.pid();
-    app.kill();
-    remove_runtime_files(pid);
+    app.kill_and_remove_files();
     assert!(!Path::new(&format!("/tmp/perf-{pid}.map")).exists());
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use support::dotnet::Dotnet;
 use support::perf::{perf_record, perf_script_leaves};
 use support::recording::open_perf_data;
-use support::running_app::{exclusive, remove_runtime_files, RunningApp};
+use support::running_app::{exclusive, RunningApp};
 use support::scratch::Scratch;
 use support::symbolize::{name_samples, Named};
 use support::START_TIMEOUT;
@@ -86,8 +86,7 @@ fn jit_methods_are_named_from_the_perf_map_with_the_expected_shares() {
     let out = name_samples(&reader, &SymbolizeOptions::live()).unwrap();
     // perf itself, reading the same perf map (so before the process and its map go), is the oracle for leaves.
     let oracle = perf_script_leaves(&data);
-    app.kill();
-    remove_runtime_files(pid);
+    app.kill_and_remove_files();
 
     assert_spin_profile(&out, &format!("/tmp/perf-{pid}.map"));
     assert!(out.stats.warnings.is_empty(), "{:?}", out.stats.warnings);
@@ -194,8 +193,7 @@ fn stripped_coreclr_is_named_from_a_dotnet_symbol_debug_file() {
     let plain = symbolize(vec![]);
     let with_path = symbolize(vec![by_path.clone()]);
     let with_id = symbolize(vec![by_id.clone()]);
-    app.kill();
-    remove_runtime_files(pid);
+    app.kill_and_remove_files();
 
     let lib = lib.to_str().unwrap();
     let total = frames_in(&with_path, lib).count();
@@ -245,8 +243,7 @@ fn frames_of_a_target_that_exited_are_named_from_the_capture() {
     recorder.join().expect("perf record failed");
 
     // The target exits and its files go: only the capture knows the JIT names now.
-    app.kill();
-    remove_runtime_files(pid);
+    app.kill_and_remove_files();
     assert!(!Path::new(&format!("/proc/{pid}")).exists());
     let reader = open_perf_data(&data).unwrap();
     let mut live = Vec::new();

@@ -62,12 +62,17 @@ impl RunningApp {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+
+    /// Kills the program and deletes what its runtime left in /tmp, as a container's end would.
+    pub fn kill_and_remove_files(&mut self) {
+        self.kill();
+        remove_runtime_files(self.pid());
+    }
 }
 
 impl Drop for RunningApp {
     fn drop(&mut self) {
-        self.kill();
-        remove_runtime_files(self.pid());
+        self.kill_and_remove_files();
     }
 }
 
